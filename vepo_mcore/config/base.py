@@ -1,0 +1,181 @@
+"""Generic plumbing for the dataclass config tree: dict/YAML <-> dataclass, dotted overrides.
+
+Every section is a ``@dataclass(kw_only=True)``. Loading is strict: an unknown key or a value
+of the wrong type raises a ValueError naming the dotted path (``model.num_layers``), so a typo
+in a YAML file never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+import yaml
+
+T = TypeVar("T")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(value: Any, tp: Any, path: str) -> Any:
+    """Convert a YAML/CLI value to the annotated type ``tp`` or raise a ValueError naming ``path``."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, path)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError(f"{path}: {value!r} matches none of {_type_name(tp)} ({'; '.join(errors)})")
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            raise ValueError(f"{path}: {value!r} is not one of {list(allowed)}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}: expected a mapping for section {tp.__name__}, got {value!r}")
+        return from_dict(tp, value, path)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{path}: expected a list, got {value!r}")
+        (item_tp, *_) = get_args(tp) or (Any,)
+        items = [_convert(v, item_tp, f"{path}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{path}: expected a mapping, got {value!r}")
+        key_tp, val_tp = get_args(tp) or (Any, Any)
+        return {_convert(k, key_tp, path): _convert(v, val_tp, f"{path}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ValueError(f"{path}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ValueError(f"{path}: expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{path}: expected an integer, got {value!r}") from None
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"{path}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"{path}: expected a number, got {value!r}") from None
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ValueError(f"{path}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
+    """Build dataclass ``cls`` from a nested dict; unknown keys raise a ValueError naming them."""
+    hints = _hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        where = path or cls.__name__
+        raise ValueError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(names)}")
+    kwargs = {
+        key: _convert(value, hints[key], f"{path}.{key}" if path else key) for key, value in data.items()
+    }
+    return cls(**kwargs)
+
+
+def to_dict(cfg: Any) -> Any:
+    """Plain nested dict (lists, dicts, scalars) of a dataclass tree, ready for YAML/JSON."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return cfg
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """``["--model.num_layers", "2", "--training.bf16=false"]`` -> nested dict of YAML-parsed values."""
+    nested: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise ValueError(f"override {arg!r}: expected --section.field VALUE")
+        key = arg[2:]
+        if "=" in key:
+            key, raw = key.split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise ValueError(f"override --{key}: missing value")
+            raw = args[i + 1]
+            i += 2
+        value = yaml.safe_load(raw) if raw != "" else ""
+        node = nested
+        parts = key.replace("-", "_").split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return nested
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+    """Load ``cls`` from an optional YAML file, apply dotted CLI overrides, and validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} does not exist")
+        with path.open() as f:
+            loaded = yaml.safe_load(f) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: top level must be a mapping of sections, got {type(loaded).__name__}")
+        data = loaded
+    if overrides:
+        data = _merge(data, parse_overrides(overrides))
+    cfg = from_dict(cls, data)
+    validate = getattr(cfg, "validate", None)
+    if validate is not None:
+        validate()
+    return cfg
+
+
+def save_config(cfg: Any, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

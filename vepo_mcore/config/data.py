@@ -1,0 +1,51 @@
+"""Data section: CPT blends of Megatron indexed datasets and SFT conversation phases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(kw_only=True)
+class SFTPhaseConfig:
+    """One curriculum phase of SFT: its own blend and sample budget."""
+
+    name: str = "phase"
+    """Phase name for logs."""
+    paths: dict[str, str] = field(default_factory=dict)
+    """Source name -> jsonl file of ChatML conversations."""
+    weights: dict[str, float] = field(default_factory=dict)
+    """Source name -> sampling weight (missing = equal)."""
+    num_samples: int = 0
+    """Samples drawn in this phase (0 = one pass over the sources)."""
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    """Where training data comes from and how it is blended."""
+
+    mode: Literal["cpt", "sft"] = "cpt"
+    """'cpt' = indexed token datasets; 'sft' = ChatML conversations with assistant-only loss."""
+    paths: dict[str, str] = field(default_factory=dict)
+    """CPT: language -> Megatron indexed dataset prefix (without .bin/.idx)."""
+    english_weight: float = 0.5
+    """CPT: share of English ('en' key) in the blend; the low-resource languages share the rest."""
+    language_weights: dict[str, float] = field(default_factory=dict)
+    """CPT: relative weights among non-English languages (missing = equal)."""
+    split: str = "98,2,0"
+    """Train/valid/test split of each dataset in per-mille-style ratios."""
+    cache_dir: str | None = None
+    """Where megatron.core writes dataset index caches (None = next to the data)."""
+    sft_phases: list[SFTPhaseConfig] = field(default_factory=list)
+    """SFT: curriculum phases run in order."""
+    sft_packing: bool = True
+    """SFT: pack conversations into sequences (attention kept per conversation) instead of padding."""
+    num_workers: int = 0
+    """DataLoader workers."""
+
+    def validate(self) -> None:
+        if not 0.0 <= self.english_weight <= 1.0:
+            raise ValueError(f"data.english_weight must be in [0, 1], got {self.english_weight}")
+        for lang, weight in self.language_weights.items():
+            if weight < 0:
+                raise ValueError(f"data.language_weights.{lang} must be >= 0, got {weight}")

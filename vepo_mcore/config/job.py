@@ -1,0 +1,47 @@
+"""The one config tree: every entry point loads a JobConfig from YAML plus dotted overrides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vepo_mcore.config.data import DataConfig
+from vepo_mcore.config.eval import EvalConfig
+from vepo_mcore.config.model import ModelConfig
+from vepo_mcore.config.parallel import ParallelConfig
+from vepo_mcore.config.rl import RLConfig
+from vepo_mcore.config.tokenizer import TokenizerConfig
+from vepo_mcore.config.training import TrainingConfig
+
+
+@dataclass(kw_only=True)
+class JobConfig:
+    """Everything a run needs. Sections a job does not use keep their defaults."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Model shape."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """Parallel layout."""
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    """Training loop."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Training data."""
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    """Tokenizer."""
+    rl: RLConfig = field(default_factory=RLConfig)
+    """RL (VEPO and baselines)."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation."""
+
+    def validate(self, world_size: int | None = None) -> None:
+        """Check every section; world-size-dependent checks run when world_size is given."""
+        self.parallel.validate(world_size)
+        self.model.validate(self.parallel.tensor_model_parallel_size)
+        dp = self.parallel.data_parallel_size(world_size) if world_size else None
+        self.training.validate(dp)
+        self.data.validate()
+        self.rl.validate()
+        if self.model.num_layers % self.parallel.pipeline_model_parallel_size:
+            raise ValueError(
+                f"model.num_layers ({self.model.num_layers}) must be divisible by "
+                f"parallel.pipeline_model_parallel_size ({self.parallel.pipeline_model_parallel_size})"
+            )

@@ -1,0 +1,58 @@
+"""Reward and filtering section (SPEC.md section 5 and the RLVR filtering rule)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(kw_only=True)
+class RewardsConfig:
+    """R = R_mt + w_len r_len + w_fmt r_fmt + w_lid r_lid + w_mix r_mix, each term clipped."""
+
+    mt: Literal["chrf", "comet", "rm", "none"] = "chrf"
+    """Translation-quality term: chrF++/100, COMET-22, or the reward model."""
+    weights: dict[str, float] = field(
+        default_factory=lambda: {"mt": 1.0, "length": 0.3, "format": 0.2, "lid": 0.4, "mixing": 0.3}
+    )
+    """Weight per registered reward term."""
+    clip: float = 5.0
+    """Each term is clipped to [-clip, clip]."""
+    normalize: bool = True
+    """z-normalise the final reward across the batch."""
+    length_interval: tuple[float, float] = (0.5, 2.0)
+    """Accepted normalised length ratio rho."""
+    sigma_len: float = 1.0
+    """Length penalty per unit distance outside the interval."""
+    format_w_preserve: float = 1.0
+    """w_p: weight of structural-token preservation."""
+    format_w_broken: float = 0.5
+    """w_b: penalty per broken-syntax item."""
+    lid_threshold: float = 0.8
+    """LID confidence (summed over accepted labels) needed to pass."""
+    eta_lid: float = 1.0
+    """Penalty for a wrong or unconfident language."""
+    mix_threshold: float = 0.15
+    """Tolerated share of foreign-script letters / foreign words."""
+    zeta_mix: float = 5.0
+    """Slope of the code-mixing penalty above the threshold."""
+    comet_checkpoint: str | None = None
+    """COMET-22 checkpoint path (needed when mt = 'comet')."""
+    comet_batch_size: int = 16
+    """COMET scoring batch size."""
+    rm_checkpoint: str | None = None
+    """Reward-model checkpoint (needed when mt = 'rm')."""
+
+
+@dataclass(kw_only=True)
+class FilterConfig:
+    """Per prompt: sample K >= G candidates, drop non-compliant ones, keep the top G by reward."""
+
+    num_candidates: int = 8
+    """K candidates sampled per prompt."""
+    group_size: int = 4
+    """G responses kept per prompt."""
+    enabled: bool = True
+    """Apply RLVR filtering (off = keep the first G)."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal."""

@@ -1,0 +1,142 @@
+"""RL section: loss, KL, advantages, rollout engine and the RL step loop (SPEC.md section 4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from vepo_mcore.config.rewards import FilterConfig, RewardsConfig
+
+
+@dataclass(kw_only=True)
+class LossConfig:
+    """Policy loss: any registered algorithm (vepo, ppo, grpo, dapo, rloo, reinforce_pp)."""
+
+    name: str = "vepo"
+    """Registered loss name."""
+    temperature: float = 1.0
+    """tau: sampling temperature, used identically in rollout, old log-probs and training."""
+    ratio_mode: Literal["tempered", "scaled"] = "tempered"
+    """'tempered' r = exp(logp_tau - old_logp_tau); 'scaled' = exp((logp - old_logp) / tau) (appendix)."""
+    eps_low: float = 0.20
+    """Lower clip range: r >= 1 - eps_low."""
+    eps_high: float = 0.28
+    """Upper clip range (clip-higher): r <= 1 + eps_high."""
+    alpha: float = 0.1
+    """Entropy-shaped advantage strength."""
+    gamma: float = 0.995
+    """Position decay of the entropy shaping."""
+    beta: float = 0.001
+    """Entropy bonus coefficient (with gradient)."""
+    std_scope: Literal["microbatch", "group", "global"] = "microbatch"
+    """Where the reward std for advantage normalisation is taken."""
+    adv_eps: float = 1e-6
+    """Epsilon in the advantage denominator."""
+    loss_agg: Literal["tokens", "global_tokens", "seq_mean"] = "tokens"
+    """'tokens' = mean over micro-batch response tokens; 'global_tokens' = over the global batch."""
+    entropy_topk_frac: float | None = None
+    """Approximate H by -sum p log p over the top fraction (e.g. 0.2) of tokens; None = exact."""
+    logprob_chunk_size: int = 1024
+    """Tokens per chunk in the fused vocab-parallel log-prob/entropy."""
+    value_clip: float = 0.2
+    """PPO: value-function clip range."""
+    gae_gamma: float = 1.0
+    """PPO: GAE discount."""
+    gae_lambda: float = 0.95
+    """PPO: GAE lambda."""
+    value_coef: float = 0.5
+    """PPO: value loss coefficient."""
+    overlong_buffer: int = 0
+    """DAPO: soft overlong punishment buffer length in tokens (0 = off)."""
+    overlong_penalty: float = 1.0
+    """DAPO: maximal overlong penalty."""
+
+
+@dataclass(kw_only=True)
+class KLConfig:
+    """KL to a frozen reference policy."""
+
+    estimator: Literal["none", "k1", "k2", "k3"] = "none"
+    """Which estimator is optimised (all three are always logged when a reference exists)."""
+    coef: float = 0.001
+    """KL coefficient."""
+    placement: Literal["loss", "reward"] = "loss"
+    """Add the KL to the loss (GRPO style) or subtract it from the reward (REINFORCE++ style)."""
+
+
+@dataclass(kw_only=True)
+class SamplingConfig:
+    """Sampling parameters shared by every rollout engine."""
+
+    temperature: float = 1.0
+    """Sampling temperature (must equal rl.loss.temperature)."""
+    top_p: float = 1.0
+    """Nucleus sampling."""
+    top_k: int = -1
+    """Top-k sampling (-1 = off)."""
+    max_new_tokens: int = 256
+    """Response length cap."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Extra stop ids (the tokenizer's <|im_end|> and <|endoftext|> always stop)."""
+
+
+@dataclass(kw_only=True)
+class RolloutConfig:
+    """Which engine generates rollouts, and how weights reach it."""
+
+    engine: Literal["embedded", "sglang", "fake_sglang"] = "embedded"
+    """'embedded' = in-process Megatron sampler; 'sglang' = colocated sglang.Engine."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Sampling parameters."""
+    engine_tp: int = 1
+    """SGLang tensor-parallel size (may differ from training TP)."""
+    mem_fraction_static: float = 0.5
+    """SGLang static memory fraction when colocated."""
+    weight_bucket_mb: int = 512
+    """Flattened bucket size for weight sync."""
+    batch_size: int = 64
+    """Prompts per generate call."""
+
+
+@dataclass(kw_only=True)
+class RLConfig:
+    """The VEPO RL step loop."""
+
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Policy loss."""
+    kl: KLConfig = field(default_factory=KLConfig)
+    """Reference KL."""
+    rewards: RewardsConfig = field(default_factory=RewardsConfig)
+    """Reward terms."""
+    filtering: FilterConfig = field(default_factory=FilterConfig)
+    """RLVR candidate filtering."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout engine."""
+    prompts_per_step: int = 8
+    """Prompts per RL step (the paper: 128)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    mini_batches: int = 1
+    """Optimizer steps per rollout batch per epoch."""
+    directions: str = "all"
+    """Translation directions used for prompts (like eval.directions)."""
+    prompt_split: str = "dev"
+    """FLORES split the prompts come from."""
+
+    def validate(self) -> None:
+        if self.filtering.num_candidates < self.filtering.group_size:
+            raise ValueError(
+                f"rl.filtering.num_candidates ({self.filtering.num_candidates}) must be >= "
+                f"rl.filtering.group_size ({self.filtering.group_size})"
+            )
+        if self.loss.temperature <= 0:
+            raise ValueError(f"rl.loss.temperature must be positive, got {self.loss.temperature}")
+        if abs(self.rollout.sampling.temperature - self.loss.temperature) > 1e-9:
+            raise ValueError(
+                f"rl.rollout.sampling.temperature ({self.rollout.sampling.temperature}) must equal "
+                f"rl.loss.temperature ({self.loss.temperature}): VEPO is temperature-consistent"
+            )
+        if not (0 <= self.loss.eps_low < 1 and self.loss.eps_high >= 0):
+            raise ValueError("rl.loss.eps_low must be in [0, 1) and rl.loss.eps_high >= 0")
+        if self.loss.entropy_topk_frac is not None and not 0 < self.loss.entropy_topk_frac <= 1:
+            raise ValueError(f"rl.loss.entropy_topk_frac must be in (0, 1], got {self.loss.entropy_topk_frac}")

@@ -1,0 +1,114 @@
+"""Training section: batch sizes, optimizer, LR schedule, precision, checkpoints, logging."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(kw_only=True)
+class OptimizerConfig:
+    """Adam(W) through megatron.core's get_megatron_optimizer."""
+
+    lr: float = 3e-4
+    """Peak learning rate."""
+    min_lr: float = 3e-5
+    """Floor of the cosine decay."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay (not applied to norms and biases)."""
+    adam_beta1: float = 0.9
+    """Adam beta1."""
+    adam_beta2: float = 0.95
+    """Adam beta2."""
+    adam_eps: float = 1e-8
+    """Adam epsilon."""
+    clip_grad: float = 1.0
+    """Global gradient-norm clip; 0 disables."""
+    use_distributed_optimizer: bool = False
+    """Shard optimizer state across data-parallel ranks (ZeRO-1)."""
+
+
+@dataclass(kw_only=True)
+class SchedulerConfig:
+    """Linear warmup then decay to min_lr."""
+
+    warmup_iters: int = 0
+    """Steps of linear warmup from 0 to lr."""
+    decay_style: Literal["cosine", "linear", "constant"] = "cosine"
+    """Shape of the decay after warmup."""
+    decay_iters: int | None = None
+    """Steps over which to decay; None = training.train_iters."""
+
+
+@dataclass(kw_only=True)
+class CheckpointConfig:
+    """megatron.core dist_checkpointing (torch_dist) with config and tokenizer beside it."""
+
+    save: str | None = None
+    """Directory for checkpoints (iter_0000100/ ... and a `latest` pointer)."""
+    load: str | None = None
+    """Directory to resume from; None = `save` if it has a checkpoint."""
+    save_interval: int = 0
+    """Save every N steps (0 = only at the end)."""
+    keep_last: int = 3
+    """Keep the newest K checkpoints; 0 keeps all."""
+    finetune: bool = False
+    """Load only model weights from `load` (no optimizer/scheduler/data position)."""
+
+
+@dataclass(kw_only=True)
+class LoggingConfig:
+    """Rank-0 console, tensorboard and JSONL metrics."""
+
+    log_interval: int = 1
+    """Print and record metrics every N steps."""
+    tensorboard_dir: str | None = None
+    """Tensorboard event directory (None = <save>/tensorboard if save is set)."""
+    metrics_jsonl: str | None = None
+    """JSONL metrics file (None = <save>/metrics.jsonl if save is set)."""
+    progress_bar: bool = True
+    """Show a progress bar on rank 0 with tokens/s and ETA."""
+
+
+@dataclass(kw_only=True)
+class TrainingConfig:
+    """Global training loop settings shared by CPT, SFT and RL."""
+
+    micro_batch_size: int = 2
+    """Sequences per micro-batch per data-parallel rank."""
+    global_batch_size: int = 8
+    """Sequences per optimizer step across all DP ranks (= micro * DP * grad accumulation)."""
+    seq_length: int = 128
+    """Tokens per training sequence."""
+    train_iters: int = 10
+    """Optimizer steps."""
+    eval_interval: int = 0
+    """Validate every N steps (0 = never)."""
+    eval_iters: int = 2
+    """Validation micro-batch rounds per evaluation."""
+    seed: int = 1234
+    """Seed for init, data order and dropout."""
+    bf16: bool = False
+    """Train in bf16 with fp32 master weights (GPU runs)."""
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """Optimizer settings."""
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    """LR schedule."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpointing."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Logging."""
+
+    def validate(self, data_parallel: int | None = None) -> None:
+        for name in ("micro_batch_size", "global_batch_size", "seq_length"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"training.{name} must be positive, got {getattr(self, name)}")
+        if self.train_iters < 0:
+            raise ValueError(f"training.train_iters must be >= 0, got {self.train_iters}")
+        if data_parallel is not None and self.global_batch_size % (self.micro_batch_size * data_parallel):
+            raise ValueError(
+                f"training.global_batch_size ({self.global_batch_size}) must be divisible by "
+                f"training.micro_batch_size ({self.micro_batch_size}) * data-parallel size ({data_parallel})"
+            )
+        if self.optimizer.min_lr > self.optimizer.lr:
+            raise ValueError("training.optimizer.min_lr must not exceed training.optimizer.lr")
