@@ -31,7 +31,9 @@ class ParallelConfig:
                 raise ValueError(f"parallel.{name} must be >= 1, got {getattr(self, name)}")
         if world_size is not None:
             model_parallel = (
-                self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
+                self.tensor_model_parallel_size
+                * self.pipeline_model_parallel_size
+                * self.context_parallel_size
             )
             if world_size % model_parallel:
                 raise ValueError(

@@ -139,4 +139,6 @@ class RLConfig:
         if not (0 <= self.loss.eps_low < 1 and self.loss.eps_high >= 0):
             raise ValueError("rl.loss.eps_low must be in [0, 1) and rl.loss.eps_high >= 0")
         if self.loss.entropy_topk_frac is not None and not 0 < self.loss.entropy_topk_frac <= 1:
-            raise ValueError(f"rl.loss.entropy_topk_frac must be in (0, 1], got {self.loss.entropy_topk_frac}")
+            raise ValueError(
+                f"rl.loss.entropy_topk_frac must be in (0, 1], got {self.loss.entropy_topk_frac}"
+            )

@@ -1,0 +1,145 @@
+"""Build a Qwen2.5-architecture megatron.core GPTModel for any TP/PP.
+
+    init_model_parallel(cfg.parallel)
+    model = build_model(cfg)            # this rank's pipeline stage, TP-sharded
+
+`transformer_config(cfg)` is the only place our config becomes megatron's TransformerConfig.
+The layer spec is Transformer Engine's on GPU (FP8 capable) and megatron's local one on CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+import torch.nn.functional as F
+
+from vepo_mcore.config.job import JobConfig
+from vepo_mcore.models.vocab import padded_vocab_size
+from vepo_mcore.parallel.device import has_cuda
+
+
+def use_transformer_engine(cfg: JobConfig) -> bool:
+    """'auto' = TE when CUDA and transformer_engine are both present."""
+    impl = cfg.model.transformer_impl
+    te_available = has_cuda() and importlib.util.find_spec("transformer_engine") is not None
+    if impl == "transformer_engine" and not te_available:
+        raise ValueError(
+            "model.transformer_impl is 'transformer_engine' but CUDA or transformer_engine is missing "
+            '(install the gpu extra: pip install -e ".[gpu]"), or use model.transformer_impl=local'
+        )
+    return impl == "transformer_engine" or (impl == "auto" and te_available)
+
+
+def model_vocab_size(cfg: JobConfig) -> int:
+    """Rows of the embedding / output layer in the Megatron model (padded by the one rule)."""
+    return padded_vocab_size(
+        cfg.model.vocab_size, cfg.model.make_vocab_size_divisible_by, cfg.parallel.tensor_model_parallel_size
+    )
+
+
+def params_dtype(cfg: JobConfig) -> torch.dtype:
+    return torch.bfloat16 if cfg.training.bf16 else torch.float32
+
+
+def transformer_config(cfg: JobConfig):
+    """Our JobConfig -> megatron.core TransformerConfig (Qwen2.5: RMSNorm, SwiGLU, GQA, qkv bias)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    m, p = cfg.model, cfg.parallel
+    on_gpu = has_cuda()
+    te = use_transformer_engine(cfg)
+    fp8 = {}
+    if m.fp8.format is not None:
+        if not te:
+            raise ValueError("model.fp8.format needs Transformer Engine on a GPU (model.transformer_impl)")
+        fp8 = dict(
+            fp8=m.fp8.format,
+            fp8_recipe=m.fp8.recipe,
+            fp8_margin=m.fp8.margin,
+            fp8_amax_history_len=m.fp8.amax_history_len,
+            fp8_amax_compute_algo=m.fp8.amax_compute_algo,
+        )
+    return TransformerConfig(
+        num_layers=m.num_layers,
+        hidden_size=m.hidden_size,
+        ffn_hidden_size=m.ffn_hidden_size,
+        num_attention_heads=m.num_attention_heads,
+        num_query_groups=m.num_query_groups,
+        kv_channels=m.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=m.norm_epsilon,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=m.add_qkv_bias,
+        hidden_dropout=m.hidden_dropout,
+        attention_dropout=m.attention_dropout,
+        init_method_std=m.init_method_std,
+        tensor_model_parallel_size=p.tensor_model_parallel_size,
+        pipeline_model_parallel_size=p.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=p.virtual_pipeline_model_parallel_size,
+        context_parallel_size=p.context_parallel_size,
+        sequence_parallel=p.sequence_parallel,
+        params_dtype=params_dtype(cfg),
+        bf16=cfg.training.bf16,
+        pipeline_dtype=params_dtype(cfg),
+        use_cpu_initialization=not on_gpu,
+        # Fused kernels need CUDA (and TE/apex); the unfused paths compute the same thing.
+        bias_activation_fusion=on_gpu and te,
+        bias_dropout_fusion=on_gpu and te,
+        masked_softmax_fusion=on_gpu and te,
+        apply_rope_fusion=False,
+        persist_layer_norm=False,
+        gradient_accumulation_fusion=False,
+        **fp8,
+    )
+
+
+def layer_spec(cfg: JobConfig):
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_layer_local_spec,
+        get_gpt_layer_with_transformer_engine_spec,
+    )
+
+    if use_transformer_engine(cfg):
+        return get_gpt_layer_with_transformer_engine_spec()
+    return get_gpt_layer_local_spec(normalization="RMSNorm")
+
+
+def build_model(cfg: JobConfig, pre_process: bool | None = None, post_process: bool | None = None):
+    """This rank's GPTModel stage; megatron parallel state must be initialised first.
+
+    Logits come out vocab-parallel ([seq, batch, padded_vocab / TP]) for the fused log-prob path.
+    """
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+
+    from vepo_mcore.parallel.device import cuda_factories_on_cpu
+
+    if not parallel_state.model_parallel_is_initialized():
+        raise RuntimeError(
+            "build_model needs megatron parallel state: call init_model_parallel(cfg.parallel) first"
+        )
+    cfg.model.validate(cfg.parallel.tensor_model_parallel_size)
+    if pre_process is None:
+        pre_process = parallel_state.is_pipeline_first_stage(ignore_virtual=True)
+    if post_process is None:
+        post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=True)
+    with cuda_factories_on_cpu():
+        model = GPTModel(
+            config=transformer_config(cfg),
+            transformer_layer_spec=layer_spec(cfg),
+            vocab_size=model_vocab_size(cfg),
+            max_sequence_length=cfg.model.max_position_embeddings,
+            pre_process=pre_process,
+            post_process=post_process,
+            parallel_output=True,
+            share_embeddings_and_output_weights=cfg.model.tie_word_embeddings,
+            position_embedding_type="rope",
+            rotary_percent=1.0,
+            rotary_base=int(cfg.model.rotary_base),
+        )
+    if has_cuda():
+        model.cuda(torch.cuda.current_device())
+    return model

@@ -1,0 +1,179 @@
+"""The one CPU shim that lets megatron.core run without CUDA (tests, CI, the CPU quickstart).
+
+megatron.core assumes CUDA in a handful of places: `torch.cuda.current_device()` as a
+device, the CUDA RNG tracker, streams/events, and `device="cuda"` in tensor factories.
+`install_cpu_shim()` patches exactly those, per process, and only when no GPU is present;
+on a CUDA machine it does nothing. Known to be enough for megatron-core 0.16.1 on torch 2.13
+CPU: GPTModel (local spec) forward/backward with TP/PP on gloo, the optimizers,
+dist_checkpointing, and vocab_parallel_cross_entropy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+_INSTALLED = False
+
+
+def has_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def device() -> torch.device:
+    """The device this process computes on: its CUDA device when available, else CPU."""
+    if has_cuda():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class _CudaToCpu(torch.overrides.TorchFunctionMode):
+    """Rewrites device='cuda' in tensor factories (megatron creates buffers on 'cuda')."""
+
+    _FACTORIES = {
+        torch.empty,
+        torch.zeros,
+        torch.ones,
+        torch.full,
+        torch.tensor,
+        torch.arange,
+        torch.rand,
+        torch.randn,
+        torch.randint,
+        torch.empty_like,
+        torch.zeros_like,
+        torch.ones_like,
+        torch.full_like,
+        torch.as_tensor,
+        torch.linspace,
+        torch.eye,
+    }
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        dev = kwargs.get("device")
+        if dev is not None and _is_cuda(dev):
+            kwargs["device"] = "cpu"
+        if func is torch.Tensor.to or func is torch.Tensor.cuda:
+            args, kwargs = _strip_cuda_args(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+def _is_cuda(dev) -> bool:
+    if isinstance(dev, torch.device):
+        return dev.type == "cuda"
+    if isinstance(dev, int):
+        return True  # an integer device index means a CUDA ordinal
+    return isinstance(dev, str) and dev.startswith("cuda")
+
+
+def _strip_cuda_args(func, args, kwargs):
+    if func is torch.Tensor.cuda:
+        return (args[0],), {}
+    args = tuple(
+        "cpu" if (i > 0 and _is_cuda(a) and not isinstance(a, bool)) else a for i, a in enumerate(args)
+    )
+    return args, kwargs
+
+
+def install_cpu_shim() -> bool:
+    """Patch torch.cuda / megatron's CUDA-only calls to CPU equivalents. No-op with CUDA.
+
+    Returns True when the shim is (already) installed.
+    """
+    global _INSTALLED
+    if has_cuda():
+        return False
+    if _INSTALLED:
+        return True
+    cpu_generator_state = torch.get_rng_state
+
+    torch.cuda.current_device = lambda: torch.device("cpu")
+    torch.cuda.device_count = lambda: 0
+    torch.cuda.get_rng_state = lambda device=None: cpu_generator_state()
+    torch.cuda.set_rng_state = lambda state, device=None: None
+    torch.cuda.manual_seed = lambda seed: None
+    torch.cuda.manual_seed_all = lambda seed: None
+    torch.cuda.synchronize = lambda device=None: None
+    torch.cuda.empty_cache = lambda: None
+    torch.cuda.current_stream = lambda device=None: _NullStream()
+    torch.cuda.default_stream = lambda device=None: _NullStream()
+    torch.cuda.Stream = _NullStream
+    torch.cuda.Event = _NullEvent
+    torch.cuda.stream = lambda stream=None: contextlib.nullcontext()
+    torch.cuda.max_memory_allocated = lambda device=None: 0
+    torch.cuda.memory_allocated = lambda device=None: 0
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
+
+    from megatron.core.tensor_parallel import random as mp_random
+
+    mp_random._get_cuda_rng_state = lambda *args, **kwargs: cpu_generator_state()
+    mp_random._set_cuda_rng_state = lambda *args, **kwargs: None
+
+    # The default causal mask is built with a literal device="cuda"; fused_softmax imported it by name.
+    from megatron.core.fusions import fused_softmax
+    from megatron.core.transformer import utils as transformer_utils
+
+    @functools.lru_cache(maxsize=32)
+    def causal_mask_on_cpu(sq: int) -> torch.Tensor:
+        return torch.triu(torch.ones(sq, sq, dtype=torch.bool), diagonal=1)
+
+    transformer_utils.get_default_causal_mask = causal_mask_on_cpu
+    fused_softmax.get_default_causal_mask = causal_mask_on_cpu
+    _INSTALLED = True
+    return True
+
+
+@contextlib.contextmanager
+def cuda_factories_on_cpu():
+    """Inside: `torch.zeros(..., device='cuda')` and `t.to('cuda')` stay on CPU (no-op with CUDA)."""
+    if has_cuda():
+        yield
+        return
+    with _CudaToCpu():
+        yield
+
+
+class _NullStream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def wait_stream(self, other):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def record_event(self, event=None):
+        return _NullEvent()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _NullEvent:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def wait(self, stream=None):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, other):
+        return 0.0

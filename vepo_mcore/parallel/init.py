@@ -1,0 +1,88 @@
+"""Process-group and model-parallel initialisation: NCCL on GPU, gloo on CPU.
+
+rank, world = init_distributed()               # torchrun env vars, or a 1-process group
+init_model_parallel(cfg.parallel, seed=1234)   # megatron.core parallel_state + RNG tracker
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from vepo_mcore.config.parallel import ParallelConfig
+from vepo_mcore.parallel.device import has_cuda, install_cpu_shim
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for single-node tests and the CPU quickstart)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(
+    backend: str = "auto",
+    rank: int | None = None,
+    world_size: int | None = None,
+    timeout_minutes: int = 30,
+) -> tuple[int, int]:
+    """Join (or create) the default process group and return (rank, world_size).
+
+    Rank and world size come from the arguments, else torchrun's RANK/WORLD_SIZE, else a
+    single process. On CPU the megatron CPU shim is installed first.
+    """
+    if not has_cuda():
+        install_cpu_shim()
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+    world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(free_port()) if world_size == 1 else "29500")
+    if backend == "auto":
+        backend = "nccl" if has_cuda() else "gloo"
+    if backend == "nccl":
+        if not has_cuda():
+            raise ValueError("parallel.backend is 'nccl' but CUDA is not available; use 'gloo' or 'auto'")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count())))
+    dist.init_process_group(
+        backend=backend, rank=rank, world_size=world_size, timeout=timedelta(minutes=timeout_minutes)
+    )
+    return rank, world_size
+
+
+def init_model_parallel(pcfg: ParallelConfig, seed: int = 1234) -> None:
+    """Create megatron.core's TP/PP/CP/DP groups and seed its model-parallel RNG tracker."""
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    if not dist.is_initialized():
+        init_distributed(pcfg.backend, timeout_minutes=pcfg.distributed_timeout_minutes)
+    pcfg.validate(dist.get_world_size())
+    if not has_cuda() and (pcfg.context_parallel_size > 1 or pcfg.sequence_parallel):
+        raise ValueError("parallel.context_parallel_size > 1 and parallel.sequence_parallel need CUDA")
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=pcfg.tensor_model_parallel_size,
+        pipeline_model_parallel_size=pcfg.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=pcfg.virtual_pipeline_model_parallel_size,
+        context_parallel_size=pcfg.context_parallel_size,
+        distributed_timeout_minutes=pcfg.distributed_timeout_minutes,
+    )
+    model_parallel_cuda_manual_seed(seed)
+    torch.manual_seed(seed)
+
+
+def destroy() -> None:
+    """Tear down megatron groups and the default process group (tests call this between runs)."""
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()
