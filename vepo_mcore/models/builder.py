@@ -115,8 +115,6 @@ def build_model(cfg: JobConfig, pre_process: bool | None = None, post_process: b
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
 
-    from vepo_mcore.parallel.device import cuda_factories_on_cpu
-
     if not parallel_state.model_parallel_is_initialized():
         raise RuntimeError(
             "build_model needs megatron parallel state: call init_model_parallel(cfg.parallel) first"
@@ -126,20 +124,19 @@ def build_model(cfg: JobConfig, pre_process: bool | None = None, post_process: b
         pre_process = parallel_state.is_pipeline_first_stage(ignore_virtual=True)
     if post_process is None:
         post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=True)
-    with cuda_factories_on_cpu():
-        model = GPTModel(
-            config=transformer_config(cfg),
-            transformer_layer_spec=layer_spec(cfg),
-            vocab_size=model_vocab_size(cfg),
-            max_sequence_length=cfg.model.max_position_embeddings,
-            pre_process=pre_process,
-            post_process=post_process,
-            parallel_output=True,
-            share_embeddings_and_output_weights=cfg.model.tie_word_embeddings,
-            position_embedding_type="rope",
-            rotary_percent=1.0,
-            rotary_base=int(cfg.model.rotary_base),
-        )
+    model = GPTModel(
+        config=transformer_config(cfg),
+        transformer_layer_spec=layer_spec(cfg),
+        vocab_size=model_vocab_size(cfg),
+        max_sequence_length=cfg.model.max_position_embeddings,
+        pre_process=pre_process,
+        post_process=post_process,
+        parallel_output=True,
+        share_embeddings_and_output_weights=cfg.model.tie_word_embeddings,
+        position_embedding_type="rope",
+        rotary_percent=1.0,
+        rotary_base=int(cfg.model.rotary_base),
+    )
     if has_cuda():
         model.cuda(torch.cuda.current_device())
     return model
