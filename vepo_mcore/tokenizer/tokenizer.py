@@ -1,8 +1,8 @@
 """The project tokenizer: a thin wrapper over a `tokenizers` tokenizer.json (Qwen2.5 or expanded).
 
-    tok = load_tokenizer()            # shipped Qwen2.5 tokenizer, 151,665 ids
-    ids = tok.encode("Hello")         # no special tokens added
-    text = tok.apply_chat([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+tok = load_tokenizer()            # shipped Qwen2.5 tokenizer, 151,665 ids
+ids = tok.encode("Hello")         # no special tokens added
+text = tok.apply_chat([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
 """
 
 from __future__ import annotations
