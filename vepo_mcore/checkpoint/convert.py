@@ -1,0 +1,293 @@
+"""HF Qwen2 <-> megatron.core dist checkpoints (torch_dist), the work behind tools/convert_hf.py.
+
+    hf_to_megatron("Qwen2.5-7B", "ckpt/qwen7b", tp=4, pp=2)   # spawns TP*PP gloo processes on CPU
+    megatron_to_hf("ckpt/qwen7b", "Qwen2.5-7B-vepo")           # from any TP/PP, one process
+
+A converted checkpoint directory holds:
+    config.yaml                         JobConfig (model section from config.json; parallel = TP/PP written)
+    hf_config.json                      the source config.json (export restores its fields and row count)
+    tokenizer/                          the source tokenizer files
+    iter_0000000/                       megatron dist checkpoint of model.sharded_state_dict()
+    latest_checkpointed_iteration.txt   "0" (Megatron-LM's pointer to the newest iter_* directory)
+
+torch_dist stores global tensors, so a checkpoint written at one TP/PP loads at any other
+(`load_megatron_checkpoint`). Vocab rows: megatron pads the real vocab (the tokenizer's length)
+by the one padding rule with zero rows; export writes the source checkpoint's row count (152,064
+for Qwen2.5) when known, else the padded size, with every row >= the real vocab zero.
+Tensors are streamed: each rank reads only the HF tensors it needs, one at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from vepo_mcore.checkpoint import mapping
+from vepo_mcore.checkpoint.hf import (
+    HFCheckpoint,
+    HFWriter,
+    copy_tokenizer_files,
+    hf_config_from_model,
+    hf_dtype,
+    model_config_from_hf,
+    read_hf_config,
+    tokenizer_vocab_size,
+)
+from vepo_mcore.config import JobConfig, ParallelConfig, load_config, save_config
+
+CONFIG_FILE = "config.yaml"
+HF_CONFIG_FILE = "hf_config.json"
+TOKENIZER_DIR = "tokenizer"
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+
+
+def iteration_dir(ckpt_dir: str | Path, iteration: int) -> Path:
+    return Path(ckpt_dir) / f"iter_{iteration:07d}"
+
+
+def resolve_checkpoint_dir(ckpt_dir: str | Path) -> Path:
+    """The dist-checkpoint directory: `ckpt_dir` itself, or the iter_* its latest pointer names."""
+    path = Path(ckpt_dir)
+    if (path / "metadata.json").is_file():
+        return path
+    latest = path / LATEST_FILE
+    if latest.is_file():
+        text = latest.read_text().strip()
+        sub = path / ("release" if text == "release" else f"iter_{int(text):07d}")
+        if (sub / "metadata.json").is_file():
+            return sub
+        raise FileNotFoundError(f"{latest} names {sub.name}, which is not a complete dist checkpoint")
+    raise FileNotFoundError(
+        f"{path} is not a megatron dist checkpoint (no metadata.json and no {LATEST_FILE})"
+    )
+
+
+def find_config(ckpt_dir: str | Path) -> Path:
+    """config.yaml beside the checkpoint (in `ckpt_dir` or its parent when given an iter_* dir)."""
+    path = Path(ckpt_dir)
+    for candidate in (path / CONFIG_FILE, path.parent / CONFIG_FILE):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no {CONFIG_FILE} in {path} or its parent; it describes the model shape")
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def plan_hf_to_megatron(
+    hf_dir: str | Path, tp: int = 1, pp: int = 1, vocab_size: int | None = None
+) -> tuple[JobConfig, HFCheckpoint]:
+    """Validate an HF checkpoint for conversion at TP/PP and return the JobConfig to build with.
+
+    vocab_size: real ids; default the tokenizer.json's length, else config.json's vocab_size.
+    Raises ValueError naming the offending config.json / parallel field.
+    """
+    reader = HFCheckpoint(hf_dir)
+    if vocab_size is None:
+        vocab_size = tokenizer_vocab_size(hf_dir)
+    has_bias = "model.layers.0.self_attn.q_proj.bias" in reader
+    model_cfg = model_config_from_hf(reader.config, vocab_size, add_qkv_bias=has_bias)
+    cfg = JobConfig(
+        model=model_cfg,
+        parallel=ParallelConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp),
+    )
+    dtype = hf_dtype(reader.config)
+    # fp16 is widened to fp32 (lossless); megatron params are bf16 or fp32.
+    cfg.training.bf16 = dtype == torch.bfloat16
+    cfg.parallel.validate(tp * pp)
+    model_cfg.validate(tp)
+    if model_cfg.num_layers % pp:
+        raise ValueError(
+            f"config.json: num_hidden_layers ({model_cfg.num_layers}) must be divisible by "
+            f"parallel.pipeline_model_parallel_size ({pp})"
+        )
+    if reader.config.get("tie_word_embeddings") is False and "lm_head.weight" not in reader:
+        raise ValueError(f"{hf_dir}: tie_word_embeddings is false but the checkpoint has no lm_head.weight")
+    return cfg, reader
+
+
+def dry_run(hf_dir: str | Path, tp: int = 1, pp: int = 1, vocab_size: int | None = None) -> str:
+    """The tensor mapping as text: megatron name <- HF names (fusion, TP split, full shape)."""
+    cfg, reader = plan_hf_to_megatron(hf_dir, tp, pp, vocab_size)
+    from vepo_mcore.models.vocab import padded_vocab_size
+
+    m = cfg.model
+    padded = padded_vocab_size(m.vocab_size, m.make_vocab_size_divisible_by, tp)
+    lines = [
+        f"# {hf_dir}: {m.num_layers} layers, hidden {m.hidden_size}, heads {m.num_attention_heads}/"
+        f"{m.num_query_groups}, real vocab {m.vocab_size}, HF rows {reader.config['vocab_size']}, "
+        f"megatron rows {padded} (TP={tp}, PP={pp}), tied={m.tie_word_embeddings}, qkv_bias={m.add_qkv_bias}"
+    ]
+    for name, hf_names, kind, tp_split in mapping.mapping_table(m):
+        lines.append(f"{name} <- {' + '.join(hf_names)}  [{kind}, {tp_split}]")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- model <-> files
+
+
+def layer_offset(model) -> int:
+    """Global index of this pipeline stage's first layer."""
+    layers = model.decoder.layers
+    return layers[0].layer_number - 1 if len(layers) else 0
+
+
+def load_hf_into_model(model, reader: HFCheckpoint, cfg: JobConfig) -> None:
+    """Copy this rank's TP shard of every parameter from the HF checkpoint (one tensor at a time)."""
+    from megatron.core import parallel_state
+
+    from vepo_mcore.models.builder import model_vocab_size
+
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    tp_size = parallel_state.get_tensor_model_parallel_world_size()
+    offset = layer_offset(model)
+    padded = model_vocab_size(cfg)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            global_name = mapping.global_layer_name(name, offset)
+            full = mapping.hf_to_megatron_tensor(global_name, reader.get, cfg.model, padded)
+            shard = mapping.tp_split(global_name, full, tp_size)[tp_rank]
+            if shard.shape != param.shape:
+                raise ValueError(
+                    f"{global_name}: HF gives shard {tuple(shard.shape)}, model has {tuple(param.shape)}"
+                )
+            param.copy_(shard)
+            del full, shard
+
+
+def _sharded_state_dict(model_chunks) -> dict:
+    chunks = model_chunks if isinstance(model_chunks, (list, tuple)) else [model_chunks]
+    if len(chunks) == 1:
+        return {"model": chunks[0].sharded_state_dict()}
+    return {f"model{i}": chunk.sharded_state_dict() for i, chunk in enumerate(chunks)}
+
+
+def save_megatron_checkpoint(model_chunks, ckpt_dir: str | Path) -> None:
+    """Collective: every rank of the model's TP/PP layout writes its shards to `ckpt_dir`."""
+    from megatron.core import dist_checkpointing
+
+    path = Path(ckpt_dir)
+    if dist.get_rank() == 0:
+        path.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    dist_checkpointing.save(_sharded_state_dict(model_chunks), str(path))
+
+
+def load_megatron_checkpoint(model_chunks, ckpt_dir: str | Path) -> None:
+    """Collective: load a dist checkpoint written at any TP/PP into this rank's model chunk(s).
+
+    `ckpt_dir` is the iter_* directory or its parent with a latest pointer. Vocab tensors of a
+    different padded size load their overlapping rows (megatron marks them shape-mismatch tolerant).
+    """
+    from megatron.core import dist_checkpointing
+
+    path = resolve_checkpoint_dir(ckpt_dir)
+    chunks = model_chunks if isinstance(model_chunks, (list, tuple)) else [model_chunks]
+    loaded = dist_checkpointing.load(_sharded_state_dict(chunks), str(path))
+    keys = ["model"] if len(chunks) == 1 else [f"model{i}" for i in range(len(chunks))]
+    for chunk, key in zip(chunks, keys):
+        chunk.load_state_dict(loaded[key], strict=True)
+
+
+@contextlib.contextmanager
+def local_process_group():
+    """A 1-process gloo group for in-process conversion (reuses an existing group of size 1)."""
+    from vepo_mcore.parallel import destroy, free_port, init_distributed
+
+    if dist.is_initialized():
+        if dist.get_world_size() != 1:
+            raise RuntimeError("single-process conversion called inside a multi-process group")
+        yield
+        return
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(free_port())
+    init_distributed("gloo", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        destroy()
+
+
+def _hf_to_megatron_rank(rank: int, world_size: int, hf_dir: str, out_dir: str, cfg: JobConfig) -> None:
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+
+    init_model_parallel(cfg.parallel)
+    model = build_model(cfg)
+    reader = HFCheckpoint(hf_dir)
+    load_hf_into_model(model, reader, cfg)
+    reader.close()
+    save_megatron_checkpoint(model, iteration_dir(out_dir, 0))
+
+
+def hf_to_megatron(
+    hf_dir: str | Path, out_dir: str | Path, tp: int = 1, pp: int = 1, vocab_size: int | None = None
+) -> Path:
+    """Convert an HF Qwen2 directory to a megatron dist checkpoint written at TP/PP; returns out_dir.
+
+    TP*PP > 1 runs in that many local gloo processes (CPU), each holding only its shard.
+    """
+    cfg, reader = plan_hf_to_megatron(hf_dir, tp, pp, vocab_size)
+    reader.close()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if copy_tokenizer_files(hf_dir, out / TOKENIZER_DIR):
+        cfg.tokenizer.path = str((out / TOKENIZER_DIR).resolve())
+    (out / HF_CONFIG_FILE).write_text(json.dumps(read_hf_config(hf_dir), indent=2) + "\n")
+    world = tp * pp
+    if world == 1:
+        with local_process_group():
+            _hf_to_megatron_rank(0, 1, str(hf_dir), str(out), cfg)
+    else:
+        from vepo_mcore.parallel.launch import run_processes
+
+        run_processes(_hf_to_megatron_rank, world, args=(str(hf_dir), str(out), cfg))
+    # The pointer and config are written last: a directory with them is a complete checkpoint.
+    save_config(cfg, out / CONFIG_FILE)
+    (out / LATEST_FILE).write_text("0\n")
+    return out
+
+
+def megatron_to_hf(
+    ckpt_dir: str | Path,
+    out_dir: str | Path,
+    max_shard_bytes: int = 5 << 30,
+    dtype: torch.dtype | None = None,
+    vocab_rows: int | None = None,
+) -> Path:
+    """Export a megatron dist checkpoint (any TP/PP) to an HF directory transformers loads.
+
+    Loads at TP=1/PP=1 in this process. dtype: default the source config.json's, else the
+    checkpoint's. vocab_rows: default the source config.json's vocab_size, else the padded size.
+    """
+    from vepo_mcore.models.builder import build_model, model_vocab_size
+    from vepo_mcore.parallel import init_model_parallel
+
+    cfg = load_config(JobConfig, find_config(ckpt_dir))
+    root = find_config(ckpt_dir).parent
+    template = json.loads((root / HF_CONFIG_FILE).read_text()) if (root / HF_CONFIG_FILE).is_file() else None
+    cfg.parallel = ParallelConfig()
+    cfg.model.transformer_impl = "local"
+    with local_process_group():
+        init_model_parallel(cfg.parallel)
+        model = build_model(cfg)
+        load_megatron_checkpoint(model, ckpt_dir)
+        if dtype is None:
+            dtype = hf_dtype(template) if template else next(model.parameters()).dtype
+        if vocab_rows is None:
+            known = int(template["vocab_size"]) if template else 0
+            vocab_rows = known if known >= cfg.model.vocab_size else model_vocab_size(cfg)
+        out = Path(out_dir)
+        with HFWriter(out, max_shard_bytes) as writer:
+            for hf_name, tensor in mapping.megatron_to_hf_tensors(model.state_dict(), cfg.model, vocab_rows):
+                writer.add(hf_name, tensor.to(dtype))
+    hf_cfg = hf_config_from_model(cfg.model, template, vocab_rows, dtype)
+    (out / "config.json").write_text(json.dumps(hf_cfg, indent=2) + "\n")
+    tokenizer_src = Path(cfg.tokenizer.path) if cfg.tokenizer.path else root / TOKENIZER_DIR
+    copy_tokenizer_files(tokenizer_src, out)
+    return out
