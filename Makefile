@@ -1,0 +1,40 @@
+# Two entry points a newcomer needs (see README): `make quickstart` and `make test`.
+# Both create .venv (Python 3.11), install torch first (the CPU wheel when there is no GPU, so
+# pip never pulls a CUDA build), then this package with its test extra.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+TORCH_CPU ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: setup test quickstart lint format clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+		$(VENV)/bin/pip install -q torch; \
+	else \
+		$(VENV)/bin/pip install -q $(TORCH_CPU); \
+	fi
+	$(VENV)/bin/pip install -q -e ".[test]"
+	touch $@
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+quickstart: setup
+	bash examples/quickstart_cpu.sh
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf $(VENV) runs outputs .pytest_cache

@@ -1,0 +1,104 @@
+"""The config tree: YAML round trip, dotted overrides, and errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vepo_mcore.config import JobConfig, load_config, parse_overrides, save_config, to_dict
+from vepo_mcore.models.vocab import padded_vocab_size
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "configs"
+
+
+@pytest.mark.parametrize("name", ["tiny.yaml", "qwen2.5-7b.yaml", "qwen2.5-0.5b.yaml"])
+def test_example_configs_load_validate_and_round_trip(name, tmp_path):
+    cfg = load_config(JobConfig, EXAMPLES / name)
+    save_config(cfg, tmp_path / "saved.yaml")
+    again = load_config(JobConfig, tmp_path / "saved.yaml")
+    assert to_dict(again) == to_dict(cfg)
+    assert again == cfg
+
+
+def test_qwen25_7b_has_the_real_shape():
+    m = load_config(JobConfig, EXAMPLES / "qwen2.5-7b.yaml").model
+    assert (m.hidden_size, m.num_layers, m.num_attention_heads, m.num_query_groups) == (3584, 28, 28, 4)
+    assert (m.ffn_hidden_size, m.rotary_base, m.norm_epsilon) == (18944, 1e6, 1e-6)
+    assert m.add_qkv_bias and not m.tie_word_embeddings and m.max_position_embeddings == 32768
+    # The HF checkpoint's 152064 rows are the one padding rule applied at TP=4.
+    assert padded_vocab_size(m.vocab_size, m.make_vocab_size_divisible_by, 4) == 152064
+    assert load_config(JobConfig, EXAMPLES / "qwen2.5-0.5b.yaml").model.tie_word_embeddings
+
+
+def test_dotted_overrides_are_typed_and_nested():
+    cfg = load_config(
+        JobConfig,
+        EXAMPLES / "tiny.yaml",
+        [
+            "--model.num_layers",
+            "4",
+            "--rl.loss.eps_high=0.3",
+            "--training.bf16",
+            "true",
+            "--data.paths.en",
+            "x",
+        ],
+    )
+    assert cfg.model.num_layers == 4 and isinstance(cfg.model.num_layers, int)
+    assert cfg.rl.loss.eps_high == 0.3
+    assert cfg.training.bf16 is True
+    assert cfg.data.paths == {"en": "x"}
+    assert parse_overrides(["--a.b-c", "1"]) == {"a": {"b_c": 1}}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (
+            ["--model.num_attention_heads", "6", "--parallel.tensor_model_parallel_size", "4"],
+            "model.num_attention_heads",
+        ),
+        (["--model.vocab_size", "1"], "model.vocab_size"),
+        (["--model.num_attention_heads", "4", "--model.num_query_groups", "3"], "model.num_query_groups"),
+        (["--model.num_layers", "3", "--parallel.pipeline_model_parallel_size", "2"], "model.num_layers"),
+        (["--model.num_layers", "two"], "model.num_layers"),
+        (["--model.nmu_layers", "2"], "nmu_layers"),
+        (["--rl.loss.temperature", "0.7"], "rl.rollout.sampling.temperature"),
+        (["--rl.loss.std_scope", "batch"], "rl.loss.std_scope"),
+        (
+            ["--rl.filtering.num_candidates", "2", "--rl.filtering.group_size", "4"],
+            "rl.filtering.num_candidates",
+        ),
+        (
+            ["--training.optimizer.min_lr", "1.0", "--training.optimizer.lr", "0.1"],
+            "training.optimizer.min_lr",
+        ),
+    ],
+)
+def test_bad_configs_raise_value_errors_naming_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        load_config(JobConfig, EXAMPLES / "tiny.yaml", overrides)
+
+
+def test_world_size_checks():
+    cfg = load_config(JobConfig, EXAMPLES / "tiny.yaml", ["--parallel.tensor_model_parallel_size", "2"])
+    with pytest.raises(ValueError, match="world size 3"):
+        cfg.validate(world_size=3)
+    with pytest.raises(ValueError, match="training.global_batch_size"):
+        cfg.validate(world_size=6)  # DP=3, global 8 not divisible by 4 * 3
+    cfg.validate(world_size=4)
+
+
+def test_missing_config_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        load_config(JobConfig, tmp_path / "nope.yaml")
+
+
+def test_padding_rule():
+    assert padded_vocab_size(151665, 128, 1) == 151680
+    assert padded_vocab_size(151665, 128, 4) == 152064
+    assert padded_vocab_size(128, 128, 1) == 128
+    assert padded_vocab_size(129, 64, 2) == 256
+    with pytest.raises(ValueError, match="vocab_size"):
+        padded_vocab_size(0)
