@@ -1,0 +1,83 @@
+"""FLORES-200 evaluation over up to 90 directions: BLEU / chrF / chrF++ (+ COMET-22), tables, heatmaps, bootstrap.
+
+  python tools/evaluate.py --hyp-dir hyps/ --out reports/eval/mymodel           # DIR/en-th.txt, ...
+  python tools/evaluate.py --system copy-source --directions e2x --max-sentences 100
+  python tools/evaluate.py --hyp-dir new/ --baseline-hyp-dir old/ --out cmp/    # + paired bootstrap
+  python tools/evaluate.py --hyp-dir hyps/ --eval.spm_model flores200.spm --eval.comet_checkpoint model.ckpt
+
+Model translation (a Megatron or HF checkpoint through a rollout engine) plugs in through
+vepo_mcore.eval.translate.translate_direction once the engines exist; write its hypotheses to a
+directory and pass --hyp-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vepo_mcore.config.base import from_dict
+from vepo_mcore.config.eval import EvalConfig
+from vepo_mcore.eval.runner import EvalJob, SystemSpec, print_summary, run_evaluation
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--hyp-dir", help="directory of hypothesis files DIR/{src}-{tgt}.txt")
+    parser.add_argument(
+        "--system", default=None, help="hyp-dir (default with --hyp-dir), reference, copy-source"
+    )
+    parser.add_argument("--name", help="display name of the system")
+    parser.add_argument("--baseline-hyp-dir", help="second system for the paired bootstrap")
+    parser.add_argument("--baseline-system", help="baseline as a sanity system: reference, copy-source")
+    parser.add_argument("--baseline-name", help="display name of the baseline")
+    parser.add_argument("--out", default="reports/eval/run", help="output directory")
+    parser.add_argument("--directions", default="all", help="src-tgt pairs and/or groups x2e,e2x,x2x,all")
+    parser.add_argument("--split", default="devtest", help="FLORES split: dev or devtest")
+    parser.add_argument("--max-sentences", type=int, default=None, help="first N sentences per direction")
+    parser.add_argument("--eval.spm_model", dest="spm_model", help="flores200 sentencepiece model -> spBLEU")
+    parser.add_argument("--eval.comet_checkpoint", dest="comet_checkpoint", help="COMET-22 model.ckpt path")
+    parser.add_argument("--metrics", default="bleu,chrf,chrf++", help="comma list of string metrics")
+    parser.add_argument("--bootstrap-samples", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--workers", type=int, default=0, help="metric processes (0 = all cores, 1 = serial)")
+    parser.add_argument("--width", type=int, default=1, help="decimals of BLEU/chrF (sacrebleu --width)")
+    parser.add_argument("--no-plots", action="store_true")
+    args = parser.parse_args(argv)
+
+    system = SystemSpec(
+        kind=args.system or ("hyp-dir" if args.hyp_dir else "reference"), hyp_dir=args.hyp_dir, name=args.name
+    )
+    baseline = None
+    if args.baseline_hyp_dir or args.baseline_system:
+        kind = args.baseline_system or "hyp-dir"
+        baseline = SystemSpec(kind=kind, hyp_dir=args.baseline_hyp_dir, name=args.baseline_name)
+    cfg = from_dict(
+        EvalConfig,
+        {
+            "directions": args.directions,
+            "split": args.split,
+            "max_sentences": args.max_sentences,
+            "spm_model": args.spm_model,
+            "comet_checkpoint": args.comet_checkpoint,
+        },
+    )
+    job = EvalJob(
+        eval=cfg,
+        system=system,
+        baseline=baseline,
+        out_dir=args.out,
+        metrics=tuple(m for m in args.metrics.split(",") if m),
+        bootstrap_samples=args.bootstrap_samples,
+        seed=args.seed,
+        workers=args.workers,
+        width=args.width,
+        plots=not args.no_plots,
+    )
+    print_summary(run_evaluation(job), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

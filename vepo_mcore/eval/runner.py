@@ -1,0 +1,371 @@
+"""The FLORES-200 evaluation run behind `tools/evaluate.py`: hypotheses -> metrics -> reports.
+
+run_evaluation(job) reads the FLORES sources/references of every selected direction, gets the
+system's hypotheses (files or a sanity system), scores BLEU / chrF / chrF++ per direction in
+parallel processes (a progress bar on stderr), adds COMET-22 when a checkpoint is given, runs
+the paired bootstrap against a baseline system when one is given, and writes into job.out_dir:
+
+  scores.csv, scores.json     per direction (+ group means, signatures)
+  table3.md                   group table in the paper's Table 3 layout, paper rows beside it
+  heatmap_<metric>.png        10x10 source x target
+  bootstrap.md, bootstrap.json  paired bootstrap per direction and per group (with a baseline)
+  constraints.md              constraint table (when vepo_mcore.rl.rewards provides it)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vepo_mcore.config.eval import EvalConfig
+from vepo_mcore.eval import bootstrap as bs
+from vepo_mcore.eval import report
+from vepo_mcore.eval.directions import Direction, group_members, parse_directions
+from vepo_mcore.eval.metrics import (
+    DEFAULT_METRICS,
+    aggregate_score,
+    build_metric,
+    clean_lines,
+    score_from_stats,
+    sentence_stats,
+)
+from vepo_mcore.eval.translate import system_hypotheses
+from vepo_mcore.languages import load_flores
+
+
+@dataclass(kw_only=True)
+class SystemSpec:
+    """A system to evaluate: 'hyp-dir' (files in hyp_dir), 'reference' or 'copy-source'."""
+
+    kind: str = "hyp-dir"
+    hyp_dir: str | None = None
+    name: str | None = None
+    """Display name (defaults to the directory name or the kind)."""
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        return Path(self.hyp_dir).name if self.kind == "hyp-dir" and self.hyp_dir else self.kind
+
+
+@dataclass(kw_only=True)
+class EvalJob:
+    """Everything one evaluation run needs."""
+
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    system: SystemSpec = field(default_factory=SystemSpec)
+    baseline: SystemSpec | None = None
+    """Second system for the paired bootstrap (None = no significance test)."""
+    out_dir: str = "reports/eval/run"
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    bootstrap_samples: int = bs.DEFAULT_SAMPLES
+    seed: int = bs.DEFAULT_SEED
+    workers: int = 0
+    """Metric processes; 0 = one per CPU core, 1 = serial in this process."""
+    width: int = 1
+    """Decimals of BLEU/chrF in tables (the sacrebleu CLI's --width)."""
+    comet_batch_size: int = 64
+    plots: bool = True
+    progress: bool = True
+
+
+@dataclass
+class DirectionTask:
+    direction: Direction
+    sources: list[str]
+    references: list[str]
+    hypotheses: list[str]
+    baseline: list[str] | None
+    metrics: tuple[str, ...]
+    spm_model: str | None
+    bootstrap_samples: int
+    seed: int
+
+
+@dataclass
+class DirectionResult:
+    direction: Direction
+    n: int
+    scores: dict[str, float]
+    signatures: dict[str, str]
+    baseline_scores: dict[str, float] = field(default_factory=dict)
+    resamples: dict[str, np.ndarray] = field(default_factory=dict)
+    """metric -> system scores of every bootstrap resample [B] (only with a baseline)."""
+    baseline_resamples: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def score_direction(task: DirectionTask) -> DirectionResult:
+    """All string metrics of one direction (and bootstrap resample scores when a baseline is given)."""
+    refs = clean_lines(task.references)
+    result = DirectionResult(task.direction, len(refs), {}, {})
+    indices = (
+        bs.resample_indices(len(refs), task.bootstrap_samples, task.seed)
+        if task.baseline is not None
+        else None
+    )
+    for name in task.metrics:
+        metric = build_metric(name, task.direction.tgt, task.spm_model)
+        stats = sentence_stats(metric, task.hypotheses, refs)
+        result.scores[name] = aggregate_score(metric, stats)
+        result.signatures[name] = str(metric.get_signature())
+        if indices is not None:
+            base_stats = sentence_stats(metric, task.baseline, refs)
+            result.baseline_scores[name] = aggregate_score(metric, base_stats)
+            score_fn = lambda summed, metric=metric: score_from_stats(metric, summed)  # noqa: E731
+            result.resamples[name] = bs.resample_scores(np.asarray(stats, np.float64), indices, score_fn)
+            result.baseline_resamples[name] = bs.resample_scores(
+                np.asarray(base_stats, np.float64), indices, score_fn
+            )
+    return result
+
+
+def _progress(iterable, total: int, enabled: bool, desc: str):
+    if not enabled:
+        return iterable
+    from tqdm import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit="dir", file=sys.stderr)
+
+
+def score_all(
+    tasks: Sequence[DirectionTask], workers: int = 0, progress: bool = True
+) -> list[DirectionResult]:
+    """score_direction over every task, in `workers` processes (0 = all cores, 1 = serial)."""
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(tasks) == 1:
+        return [score_direction(t) for t in _progress(tasks, len(tasks), progress, "metrics")]
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        # map keeps task order; chunks of ~4 directions amortise pickling
+        results = pool.map(score_direction, tasks, chunksize=max(1, len(tasks) // (4 * workers)))
+        return list(_progress(results, len(tasks), progress, f"metrics ({workers} procs)"))
+
+
+def _load_direction(job: EvalJob, direction: Direction) -> tuple[list[str], list[str]]:
+    sources = load_flores(direction.src, job.eval.split)
+    references = load_flores(direction.tgt, job.eval.split)
+    if job.eval.max_sentences is not None:
+        sources, references = sources[: job.eval.max_sentences], references[: job.eval.max_sentences]
+    return sources, references
+
+
+def _add_comet(job: EvalJob, tasks: list[DirectionTask], results: list[DirectionResult]) -> None:
+    from vepo_mcore.eval.comet import comet_segment_scores, load_comet
+
+    model = load_comet(job.eval.comet_checkpoint)
+    systems = [[t.hypotheses for t in tasks]]
+    if job.baseline is not None:
+        systems.append([t.baseline for t in tasks])
+    per_system = [
+        comet_segment_scores(
+            model,
+            [t.sources for t in tasks],
+            hyps,
+            [t.references for t in tasks],
+            batch_size=job.comet_batch_size,
+        )
+        for hyps in systems
+    ]
+    signature = f"comet:{Path(job.eval.comet_checkpoint).name}|batch:{job.comet_batch_size}"
+    for d, result in enumerate(results):
+        segments = np.asarray(per_system[0][d], dtype=np.float64)
+        result.scores["comet"] = float(segments.mean())
+        result.signatures["comet"] = signature
+        if job.baseline is not None:
+            base_segments = np.asarray(per_system[1][d], dtype=np.float64)
+            result.baseline_scores["comet"] = float(base_segments.mean())
+            indices = bs.resample_indices(result.n, job.bootstrap_samples, job.seed)
+            mean_fn = lambda summed, n=result.n: float(summed[0]) / n  # noqa: E731
+            result.resamples["comet"] = bs.resample_scores(segments[:, None], indices, mean_fn)
+            result.baseline_resamples["comet"] = bs.resample_scores(base_segments[:, None], indices, mean_fn)
+
+
+def group_scores(
+    results: Sequence[DirectionResult], metrics: Sequence[str], which: str = "scores"
+) -> dict[str, dict[str, float]]:
+    """group key (x2e/e2x/x2x/avg) -> metric -> mean of the per-direction scores."""
+    by_direction = {r.direction: getattr(r, which) for r in results}
+    out = {}
+    for group, members in group_members([r.direction for r in results]).items():
+        out[group] = {m: float(np.mean([by_direction[d][m] for d in members])) for m in metrics}
+    return out
+
+
+def paired_bootstrap(
+    results: Sequence[DirectionResult], metrics: Sequence[str]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """row (direction or group) -> metric -> PairedResult dict."""
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for r in results:
+        table[str(r.direction)] = {
+            m: bs.paired_test(
+                r.baseline_scores[m], r.scores[m], r.baseline_resamples[m], r.resamples[m]
+            ).to_dict()
+            for m in metrics
+        }
+    by_direction = {r.direction: r for r in results}
+    for group, members in group_members(list(by_direction)).items():
+        rs = [by_direction[d] for d in members]
+        table[report.GROUP_COLUMNS[group]] = {
+            m: bs.paired_group_test(
+                [r.baseline_scores[m] for r in rs],
+                [r.scores[m] for r in rs],
+                [r.baseline_resamples[m] for r in rs],
+                [r.resamples[m] for r in rs],
+            ).to_dict()
+            for m in metrics
+        }
+    return table
+
+
+def _signature_lines(results: Sequence[DirectionResult], metrics: Sequence[str]) -> list[str]:
+    """One line per distinct signature of each metric, with the targets it applies to."""
+    lines = []
+    for m in metrics:
+        targets: dict[str, list[str]] = {}
+        for r in results:
+            targets.setdefault(r.signatures[m], [])
+            if r.direction.tgt not in targets[r.signatures[m]]:
+                targets[r.signatures[m]].append(r.direction.tgt)
+        for signature, tgts in targets.items():
+            lines.append(f"{m:7s} {signature}  (targets: {' '.join(tgts)})")
+    return lines
+
+
+def _constraint_table(job: EvalJob, tasks: Sequence[DirectionTask]) -> str | None:
+    """The rewards' constraint table over the system's hypotheses, if vepo_mcore.rl.rewards provides it."""
+    try:
+        from vepo_mcore.rl.rewards.constraints import constraint_table
+    except ImportError:
+        return None
+    from vepo_mcore.rl.sample import Sample
+
+    samples = [
+        Sample(
+            source=s, response=h, reference=r, src_lang=t.direction.src, tgt_lang=t.direction.tgt, group_id=i
+        )
+        for t in tasks
+        for i, (s, h, r) in enumerate(zip(t.sources, t.hypotheses, t.references))
+    ]
+    table = constraint_table(samples)
+    return table if isinstance(table, str) else str(table)
+
+
+def run_evaluation(job: EvalJob) -> dict:
+    """Evaluate job.system on the selected directions and write every report; returns the scores.json payload."""
+    directions = parse_directions(job.eval.directions)
+    metrics = tuple(job.metrics)
+    out = Path(job.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = []
+    for d in directions:
+        sources, references = _load_direction(job, d)
+        hyps = system_hypotheses(job.system.kind, d, sources, references, job.system.hyp_dir)
+        base = None
+        if job.baseline is not None:
+            base = system_hypotheses(job.baseline.kind, d, sources, references, job.baseline.hyp_dir)
+        tasks.append(
+            DirectionTask(
+                d,
+                sources,
+                references,
+                hyps,
+                base,
+                metrics,
+                job.eval.spm_model,
+                job.bootstrap_samples,
+                job.seed,
+            )
+        )
+    results = score_all(tasks, job.workers, job.progress)
+    all_metrics = metrics
+    if job.eval.comet_checkpoint:
+        _add_comet(job, tasks, results)
+        all_metrics = (*metrics, "comet")
+
+    rows = [
+        {
+            "direction": str(r.direction),
+            "src": r.direction.src,
+            "tgt": r.direction.tgt,
+            "group": r.direction.group,
+            "n": r.n,
+            "scores": r.scores,
+            "signatures": r.signatures,
+        }
+        for r in results
+    ]
+    groups = group_scores(results, all_metrics)
+    payload = {
+        "system": job.system.label,
+        "split": job.eval.split,
+        "metrics": list(all_metrics),
+        "directions": rows,
+        "groups": groups,
+        "signatures": _signature_lines(results, all_metrics),
+    }
+    report.write_direction_csv(out / "scores.csv", rows, all_metrics, job.width)
+    systems = {job.system.label: groups}
+    if job.baseline is not None:
+        systems[job.baseline.label] = group_scores(results, all_metrics, "baseline_scores")
+    (out / "table3.md").write_text(report.table3_markdown(systems, width=job.width), encoding="utf-8")
+    if job.plots:
+        from vepo_mcore.eval.plots import plot_heatmap
+
+        for m in all_metrics:
+            fmt = "{:.3f}" if m == "comet" else "{:.1f}"
+            scores = {row["direction"]: row["scores"][m] for row in rows}
+            plot_heatmap(
+                scores, out / f"heatmap_{m.replace('+', 'p')}.png", title=f"{job.system.label}: {m}", fmt=fmt
+            )
+    if job.baseline is not None:
+        table = paired_bootstrap(results, all_metrics)
+        payload["bootstrap"] = {
+            "baseline": job.baseline.label,
+            "n_samples": job.bootstrap_samples,
+            "seed": job.seed,
+            "results": table,
+        }
+        report.write_json(out / "bootstrap.json", payload["bootstrap"])
+        (out / "bootstrap.md").write_text(
+            report.bootstrap_markdown(
+                table, job.system.label, job.baseline.label, job.bootstrap_samples, job.seed, job.width
+            ),
+            encoding="utf-8",
+        )
+    constraints = _constraint_table(job, tasks)
+    payload["constraints"] = (
+        "written to constraints.md"
+        if constraints is not None
+        else "pending (vepo_mcore.rl.rewards.constraints not available)"
+    )
+    if constraints is not None:
+        (out / "constraints.md").write_text(constraints + "\n", encoding="utf-8")
+    report.write_json(out / "scores.json", payload)
+    return payload
+
+
+def print_summary(payload: dict, out_dir: str | Path, file=None) -> None:
+    """Console summary: sacreBLEU signatures, the group table of this run, bootstrap groups, outputs."""
+    file = file or sys.stdout
+    print("sacreBLEU signatures:", file=file)
+    for line in payload["signatures"]:
+        print(f"  {line}", file=file)
+    print(report.table3_markdown({payload["system"]: payload["groups"]}, include_paper=False), file=file)
+    if "bootstrap" in payload:
+        boot = payload["bootstrap"]
+        groups = {k: v for k, v in boot["results"].items() if k in report.GROUP_COLUMNS.values()}
+        print(
+            report.bootstrap_markdown(
+                groups, payload["system"], boot["baseline"], boot["n_samples"], boot["seed"]
+            ),
+            file=file,
+        )
+    print(f"constraint table: {payload['constraints']}", file=file)
+    print(f"reports written to {out_dir}", file=file)

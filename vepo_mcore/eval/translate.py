@@ -1,0 +1,184 @@
+"""Where hypotheses come from: hypothesis files, the sanity systems, or a rollout engine.
+
+Systems (a registry; `--system NAME`):
+  hyp-dir      read DIR/{src}-{tgt}.txt (one hypothesis per line, line-aligned with FLORES)
+  reference    the reference itself (upper bound: BLEU 100, chrF 100)
+  copy-source  the untranslated source (lower bound; measures script/vocabulary overlap)
+
+Model translation goes through `translate_direction(engine, ...)`: any rollout engine with
+`generate(prompts: list[Sample], sampling) -> list[Sample]` (the embedded CPU engine or SGLang
+from the RL trainer). Prompts are ChatML built from one configurable template; hypotheses are
+cached per direction so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from vepo_mcore.eval.directions import Direction
+from vepo_mcore.eval.metrics import read_lines
+from vepo_mcore.languages import language
+from vepo_mcore.rl.sample import Sample
+
+DEFAULT_TEMPLATE = "Translate the following {src_name} text into {tgt_name}.\n\n{source}"
+"""User turn of the translation prompt; fields: src_name tgt_name src tgt source."""
+
+
+class Engine(Protocol):
+    """The part of the rollout engine interface translation needs."""
+
+    def generate(self, prompts: list[Sample], sampling: Any) -> list[Sample]: ...
+
+
+def format_prompt(
+    direction: Direction,
+    source: str,
+    tokenizer,
+    template: str = DEFAULT_TEMPLATE,
+    system_prompt: str | None = None,
+) -> str:
+    """ChatML prompt text for one source sentence, ending with the assistant turn opener."""
+    try:
+        user = template.format(
+            src_name=language(direction.src).name,
+            tgt_name=language(direction.tgt).name,
+            src=direction.src,
+            tgt=direction.tgt,
+            source=source,
+        )
+    except KeyError as exc:
+        raise ValueError(
+            f"prompt template field {exc} unknown; known: src_name tgt_name src tgt source"
+        ) from None
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": user})
+    return tokenizer.apply_chat(messages, add_generation_prompt=True)
+
+
+def clean_hypothesis(text: str) -> str:
+    """One line per hypothesis: newlines inside a response become spaces; ends stripped."""
+    return " ".join(text.split("\n")).strip()
+
+
+def _cache_paths(cache_dir: Path, direction: Direction) -> tuple[Path, Path]:
+    return cache_dir / f"{direction}.txt", cache_dir / f"{direction}.partial.jsonl"
+
+
+def translate_direction(
+    engine: Engine,
+    direction: Direction,
+    sources: Sequence[str],
+    *,
+    tokenizer,
+    sampling: Any = None,
+    references: Sequence[str] | None = None,
+    template: str = DEFAULT_TEMPLATE,
+    system_prompt: str | None = None,
+    batch_size: int = 64,
+    cache_dir: str | Path | None = None,
+) -> list[str]:
+    """Translate `sources` (n sentences) with `engine`; returns n one-line hypotheses.
+
+    With `cache_dir`, finished batches are appended to {dir}.partial.jsonl and the complete
+    result is written to {dir}.txt; a rerun returns {dir}.txt or resumes after the last
+    finished batch. `sampling` is passed to the engine unchanged (greedy or sampled).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    n = len(sources)
+    final = partial = None
+    done: list[str] = []
+    if cache_dir is not None:
+        cache = Path(cache_dir)
+        cache.mkdir(parents=True, exist_ok=True)
+        final, partial = _cache_paths(cache, direction)
+        if final.is_file():
+            lines = read_lines(final)
+            if len(lines) == n:
+                return lines
+        if partial.is_file():
+            for lineno, line in enumerate(partial.read_text(encoding="utf-8").splitlines(), 1):
+                record = json.loads(line)
+                if record.get("index") != len(done):
+                    raise ValueError(
+                        f"{partial}:{lineno}: expected index {len(done)}, got {record.get('index')}"
+                    )
+                done.append(record["hypothesis"])
+            done = done[:n]
+    for start in range(len(done), n, batch_size):
+        stop = min(start + batch_size, n)
+        prompts = [
+            Sample(
+                prompt=format_prompt(direction, sources[i], tokenizer, template, system_prompt),
+                source=sources[i],
+                reference=references[i] if references is not None else None,
+                src_lang=direction.src,
+                tgt_lang=direction.tgt,
+                group_id=i,
+                metadata={"direction": str(direction), "index": i},
+            )
+            for i in range(start, stop)
+        ]
+        outputs = engine.generate(prompts, sampling)
+        if len(outputs) != len(prompts):
+            raise ValueError(
+                f"engine returned {len(outputs)} samples for {len(prompts)} prompts ({direction})"
+            )
+        batch = [clean_hypothesis(sample.response) for sample in outputs]
+        done.extend(batch)
+        if partial is not None:
+            with partial.open("a", encoding="utf-8") as fh:
+                for offset, hyp in enumerate(batch):
+                    fh.write(
+                        json.dumps({"index": start + offset, "hypothesis": hyp}, ensure_ascii=False) + "\n"
+                    )
+    if final is not None:
+        write_hypotheses(final, done)
+        partial.unlink(missing_ok=True)
+    return done
+
+
+def write_hypotheses(path: str | Path, hypotheses: Sequence[str]) -> None:
+    """One hypothesis per line (newlines inside a hypothesis become spaces)."""
+    Path(path).write_text("".join(clean_hypothesis(h) + "\n" for h in hypotheses), encoding="utf-8")
+
+
+def read_hypothesis_file(hyp_dir: str | Path, direction: Direction, n: int) -> list[str]:
+    """DIR/{src}-{tgt}.txt truncated to the first n lines; a file shorter than n is an error."""
+    path = Path(hyp_dir) / f"{direction}.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"hypothesis file {path} for direction {direction} does not exist")
+    lines = read_lines(path)
+    if len(lines) < n:
+        raise ValueError(f"{path} has {len(lines)} lines, expected at least {n} (one per source sentence)")
+    return lines[:n]
+
+
+SystemFn = Callable[[Direction, list[str], list[str]], list[str]]
+"""(direction, sources, references) -> hypotheses."""
+
+SYSTEMS: dict[str, SystemFn] = {
+    "reference": lambda direction, sources, references: list(references),
+    "copy-source": lambda direction, sources, references: list(sources),
+}
+"""Sanity systems that need no model."""
+
+
+def system_hypotheses(
+    system: str,
+    direction: Direction,
+    sources: list[str],
+    references: list[str],
+    hyp_dir: str | Path | None = None,
+) -> list[str]:
+    """Hypotheses of a named system ('hyp-dir' needs `hyp_dir`)."""
+    if system == "hyp-dir":
+        if hyp_dir is None:
+            raise ValueError("system 'hyp-dir' needs a hypothesis directory (--hyp-dir)")
+        return read_hypothesis_file(hyp_dir, direction, len(sources))
+    if system not in SYSTEMS:
+        raise ValueError(f"unknown system {system!r}; known: hyp-dir, {', '.join(SYSTEMS)}")
+    return SYSTEMS[system](direction, sources, references)
