@@ -10,8 +10,8 @@ from typing import Literal
 class RewardsConfig:
     """R = R_mt + w_len r_len + w_fmt r_fmt + w_lid r_lid + w_mix r_mix, each term clipped."""
 
-    mt: Literal["chrf", "comet", "rm", "none"] = "chrf"
-    """Translation-quality term: chrF++/100, COMET-22, or the reward model."""
+    mt: Literal["chrf", "bleu", "comet", "rm", "none"] = "chrf"
+    """Translation-quality term: chrF++/100, sentence BLEU/100, COMET-22, the reward model, or none."""
     weights: dict[str, float] = field(
         default_factory=lambda: {"mt": 1.0, "length": 0.3, "format": 0.2, "lid": 0.4, "mixing": 0.3}
     )
@@ -20,6 +20,8 @@ class RewardsConfig:
     """Each term is clipped to [-clip, clip]."""
     normalize: bool = True
     """z-normalise the final reward across the batch."""
+    normalize_eps: float = 1e-6
+    """Added to the batch std in the z-normalisation."""
     length_interval: tuple[float, float] = (0.5, 2.0)
     """Accepted normalised length ratio rho."""
     sigma_len: float = 1.0
@@ -28,6 +30,8 @@ class RewardsConfig:
     """w_p: weight of structural-token preservation."""
     format_w_broken: float = 0.5
     """w_b: penalty per broken-syntax item."""
+    format_min_preserve: float = 1.0
+    """Format check passes when this share of the source's structure is kept and nothing is broken."""
     lid_threshold: float = 0.8
     """LID confidence (summed over accepted labels) needed to pass."""
     eta_lid: float = 1.0
