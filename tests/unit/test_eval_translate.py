@@ -1,0 +1,96 @@
+"""translate_direction: ChatML prompts, batching, per-direction cache and resume (with a stand-in engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vepo_mcore.eval.directions import Direction
+from vepo_mcore.eval.translate import format_prompt, system_hypotheses, translate_direction, write_hypotheses
+from vepo_mcore.rl.sample import Sample
+from vepo_mcore.tokenizer.tokenizer import load_tokenizer
+
+
+class ReversingEngine:
+    """Deterministic stand-in for a rollout engine: the 'translation' is the reversed source."""
+
+    def __init__(self, fail_after_batches: int | None = None):
+        self.calls: list[list[Sample]] = []
+        self.fail_after_batches = fail_after_batches
+
+    def generate(self, prompts: list[Sample], sampling) -> list[Sample]:
+        if self.fail_after_batches is not None and len(self.calls) >= self.fail_after_batches:
+            raise RuntimeError("engine died")
+        self.calls.append(prompts)
+        out = []
+        for p in prompts:
+            assert p.prompt.endswith("<|im_start|>assistant\n")
+            out.append(Sample(prompt=p.prompt, response=p.source[::-1] + "\nextra line", src_lang=p.src_lang,
+                              tgt_lang=p.tgt_lang, finish_reason="stop"))  # fmt: skip
+        return out
+
+
+SOURCES = [f"sentence number {i}" for i in range(10)]
+
+
+def test_prompt_is_chatml_from_the_template():
+    tok = load_tokenizer()
+    prompt = format_prompt(
+        Direction("en", "th"), "Hello.", tok, template="{src_name}->{tgt_name} ({src}-{tgt}): {source}"
+    )
+    assert prompt == "<|im_start|>user\nEnglish->Thai (en-th): Hello.<|im_end|>\n<|im_start|>assistant\n"
+    with_system = format_prompt(Direction("th", "en"), "x", tok, system_prompt="You translate.")
+    assert with_system.startswith(
+        "<|im_start|>system\nYou translate.<|im_end|>\n<|im_start|>user\nTranslate the following Thai"
+    )
+    with pytest.raises(ValueError, match="template field 'lang' unknown"):
+        format_prompt(Direction("en", "th"), "x", tok, template="{lang}")
+
+
+def test_translate_batches_and_cleans_lines():
+    engine = ReversingEngine()
+    hyps = translate_direction(
+        engine, Direction("en", "vi"), SOURCES, tokenizer=load_tokenizer(), batch_size=4
+    )
+    assert hyps == [s[::-1] + " extra line" for s in SOURCES]
+    assert [len(c) for c in engine.calls] == [4, 4, 2]
+    assert (
+        engine.calls[0][1].metadata == {"direction": "en-vi", "index": 1}
+        and engine.calls[0][1].tgt_lang == "vi"
+    )
+
+
+def test_interrupted_run_resumes_from_the_cache(tmp_path):
+    tok, direction = load_tokenizer(), Direction("th", "en")
+    with pytest.raises(RuntimeError, match="engine died"):
+        translate_direction(
+            ReversingEngine(fail_after_batches=2),
+            direction,
+            SOURCES,
+            tokenizer=tok,
+            batch_size=3,
+            cache_dir=tmp_path,
+        )
+    assert (tmp_path / "th-en.partial.jsonl").is_file() and not (tmp_path / "th-en.txt").exists()
+    resumed = ReversingEngine()
+    hyps = translate_direction(resumed, direction, SOURCES, tokenizer=tok, batch_size=3, cache_dir=tmp_path)
+    assert [s.source for batch in resumed.calls for s in batch] == SOURCES[6:]  # only the unfinished part
+    assert hyps == translate_direction(ReversingEngine(), direction, SOURCES, tokenizer=tok, batch_size=3)
+    assert (tmp_path / "th-en.txt").read_text(encoding="utf-8").count("\n") == len(SOURCES)
+    assert not (tmp_path / "th-en.partial.jsonl").exists()
+    finished = ReversingEngine()
+    assert translate_direction(finished, direction, SOURCES, tokenizer=tok, cache_dir=tmp_path) == hyps
+    assert finished.calls == []  # a finished direction is read back, not regenerated
+
+
+def test_sanity_systems_and_hypothesis_files(tmp_path):
+    d, refs = Direction("en", "th"), ["r1", "r2"]
+    assert system_hypotheses("reference", d, ["s1", "s2"], refs) == refs
+    assert system_hypotheses("copy-source", d, ["s1", "s2"], refs) == ["s1", "s2"]
+    write_hypotheses(tmp_path / "en-th.txt", ["h1\nmore", "h2", "h3"])
+    assert system_hypotheses("hyp-dir", d, ["s1", "s2"], refs, tmp_path) == ["h1 more", "h2"]
+    with pytest.raises(ValueError, match="has 3 lines, expected at least 4"):
+        system_hypotheses("hyp-dir", d, ["s"] * 4, ["r"] * 4, tmp_path)
+    with pytest.raises(FileNotFoundError, match="th-en.txt"):
+        system_hypotheses("hyp-dir", Direction("th", "en"), ["s"], ["r"], tmp_path)
+    with pytest.raises(ValueError, match="known: hyp-dir, reference, copy-source"):
+        system_hypotheses("oracle", d, ["s"], ["r"])
