@@ -35,11 +35,26 @@ class DataConfig:
     split: str = "98,2,0"
     """Train/valid/test split of each dataset in per-mille-style ratios."""
     cache_dir: str | None = None
-    """Where megatron.core writes dataset index caches (None = next to the data)."""
+    """Where megatron.core writes dataset index caches (None = next to the data). Used when
+    torch.distributed is initialised; a single process without it keeps the blend index in memory."""
+    reset_position_ids: bool = False
+    """CPT: restart position ids after every EOD (megatron GPTDatasetConfig.reset_position_ids)."""
+    reset_attention_mask: bool = False
+    """CPT: block attention across EOD boundaries (needs create_attention_mask)."""
+    eod_mask_loss: bool = False
+    """CPT: no loss on predicting the EOD token."""
+    create_attention_mask: bool = False
+    """Put an explicit [1, s, s] attention mask in each sample. Off: the attention kernel applies
+    the causal mask itself (cheaper). SFT packing always needs a per-conversation mask or
+    segment ids; see sft_attention_mask."""
     sft_phases: list[SFTPhaseConfig] = field(default_factory=list)
     """SFT: curriculum phases run in order."""
     sft_packing: bool = True
     """SFT: pack conversations into sequences (attention kept per conversation) instead of padding."""
+    sft_attention_mask: bool = True
+    """SFT: put a block-diagonal causal [1, s, s] mask (True = masked out, megatron's convention)
+    in each sample so packed conversations never attend to each other. Off: only `segment_ids`
+    (conversation index per token, -1 on padding) is given, e.g. for TE's packed-sequence path."""
     num_workers: int = 0
     """DataLoader workers."""
 
@@ -49,3 +64,15 @@ class DataConfig:
         for lang, weight in self.language_weights.items():
             if weight < 0:
                 raise ValueError(f"data.language_weights.{lang} must be >= 0, got {weight}")
+        if self.reset_attention_mask and not self.create_attention_mask:
+            raise ValueError("data.reset_attention_mask needs data.create_attention_mask: true")
+        for i, phase in enumerate(self.sft_phases):
+            if phase.num_samples < 0:
+                raise ValueError(f"data.sft_phases[{i}].num_samples must be >= 0, got {phase.num_samples}")
+            for source, weight in phase.weights.items():
+                if source not in phase.paths:
+                    raise ValueError(
+                        f"data.sft_phases[{i}].weights.{source}: no such source; sources: {sorted(phase.paths)}"
+                    )
+                if weight < 0:
+                    raise ValueError(f"data.sft_phases[{i}].weights.{source} must be >= 0, got {weight}")
