@@ -33,7 +33,9 @@ class LossConfig:
     adv_eps: float = 1e-6
     """Epsilon in the advantage denominator."""
     loss_agg: Literal["tokens", "global_tokens", "seq_mean"] = "tokens"
-    """'tokens' = mean over micro-batch response tokens; 'global_tokens' = over the global batch."""
+    """'tokens' = mean over micro-batch response tokens; 'global_tokens' = sum over tokens divided by
+    the global batch's token count (RLBatch.global_num_tokens; sum micro-batch losses, do not average);
+    'seq_mean' = mean over responses of each response's token mean. GRPO always uses 'seq_mean'."""
     entropy_topk_frac: float | None = None
     """Approximate H by -sum p log p over the top fraction (e.g. 0.2) of tokens; None = exact."""
     logprob_chunk_size: int = 1024
@@ -46,6 +48,8 @@ class LossConfig:
     """PPO: GAE lambda."""
     value_coef: float = 0.5
     """PPO: value loss coefficient."""
+    dynamic_sampling: bool = True
+    """DAPO: drop groups whose rewards are all equal (masked out of the loss; the trainer refills)."""
     overlong_buffer: int = 0
     """DAPO: soft overlong punishment buffer length in tokens (0 = off)."""
     overlong_penalty: float = 1.0
@@ -60,8 +64,9 @@ class KLConfig:
     """Which estimator is optimised (all three are always logged when a reference exists)."""
     coef: float = 0.001
     """KL coefficient."""
-    placement: Literal["loss", "reward"] = "loss"
-    """Add the KL to the loss (GRPO style) or subtract it from the reward (REINFORCE++ style)."""
+    placement: Literal["auto", "loss", "reward"] = "auto"
+    """Add the KL to the loss (GRPO style) or subtract it from the reward (REINFORCE++ style);
+    'auto' = the algorithm's own choice (loss: vepo, grpo, dapo; reward: ppo, rloo, reinforce_pp)."""
 
 
 @dataclass(kw_only=True)

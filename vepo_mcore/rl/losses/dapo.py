@@ -1,0 +1,60 @@
+"""DAPO: clip-higher, token-level loss, dynamic sampling, overlong reward shaping.
+
+    R'_i = R_i + overlong_penalty(|o_i|)                   (when rl.loss.overlong_buffer > 0)
+    A_i  = (R'_i - mean_group) / (std_group + eps)          on every token of response i
+    loss = -(1/N) sum_t min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) [+ KL]
+
+Dynamic sampling: groups whose rewards are all equal carry no signal; they are masked out of the
+loss here (the trainer refills the batch with rl.advantages.dynamic_sampling_keep).
+Inputs (RLBatch, [B, T]): logp, old_logp, mask, rewards [B], group_ids [B]; response_lengths and
+max_response_length for the overlong shaping; ref_logp for KL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from vepo_mcore.config.rl import KLConfig, LossConfig
+from vepo_mcore.rl.advantages import dynamic_sampling_keep, group_normalized_advantages, overlong_penalty
+from vepo_mcore.rl.batch import RLBatch
+from vepo_mcore.rl.losses.common import policy_loss, rewards_with_kl
+from vepo_mcore.rl.losses.registry import register_loss
+
+
+def dapo_rewards(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> torch.Tensor:
+    """Rewards with the soft overlong punishment added (and the KL penalty when it goes in the reward)."""
+    rewards = rewards_with_kl(batch, kl, "loss", "dapo")
+    if cfg.overlong_buffer > 0:
+        if batch.max_response_length is None:
+            raise ValueError("rl.loss.overlong_buffer > 0 needs RLBatch.max_response_length")
+        if rewards.dim() != 1:
+            raise ValueError("DAPO overlong shaping needs sequence rewards [B], got per-token rewards")
+        lengths = batch.response_lengths if batch.response_lengths is not None else batch.mask.sum(1)
+        rewards = rewards + overlong_penalty(
+            lengths, batch.max_response_length, cfg.overlong_buffer, cfg.overlong_penalty
+        )
+    return rewards
+
+
+def dapo_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> torch.Tensor:
+    return group_normalized_advantages(
+        dapo_rewards(batch, cfg, kl), batch.mask, batch.group_ids, "group", cfg.adv_eps
+    )
+
+
+@register_loss("dapo", advantages=dapo_advantages, kl_placement="loss")
+def dapo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
+    adv = batch.advantages if batch.advantages is not None else dapo_advantages(batch, cfg, kl)
+    kept_frac = None
+    if cfg.dynamic_sampling and batch.rewards is not None:
+        keep = dynamic_sampling_keep(dapo_rewards(batch, cfg, kl), batch.group_ids)
+        batch = dataclasses.replace(batch, mask=batch.mask.bool() & keep.unsqueeze(-1))
+        kept_frac = keep.to(torch.float32).mean()
+    loss, metrics = policy_loss(
+        batch, cfg, kl, adv, eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.loss_agg
+    )
+    if kept_frac is not None:
+        metrics["rl/dynamic_sampling_kept"] = kept_frac
+    return loss, metrics

@@ -1,0 +1,43 @@
+"""REINFORCE++ (Hu 2025): token-level KL in the reward, returns, batch-normalised advantages, PPO clip.
+
+    r_t  = R * 1[t = last] - coef * k(old_logp_t, ref_logp_t)
+    G_t  = sum_{s >= t} gamma**(s - t) r_s                 (gamma = rl.loss.gae_gamma, default 1)
+    A_t  = (G_t - mean) / (std + eps)  over all response tokens of the batch
+           (all-reduced over RLBatch.std_group when rl.loss.std_scope is 'global')
+    loss = -agg_t min(r A, clip(r, 1 - eps_low, 1 + eps_low) A)
+
+Inputs (RLBatch, [B, T]): logp, old_logp, mask, rewards [B] or [B, T], ref_logp for KL.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vepo_mcore.config.rl import KLConfig, LossConfig
+from vepo_mcore.rl.advantages import discounted_returns, whiten
+from vepo_mcore.rl.batch import RLBatch
+from vepo_mcore.rl.losses.common import policy_loss, token_rewards
+from vepo_mcore.rl.losses.registry import register_loss
+
+
+def reinforce_pp_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> torch.Tensor:
+    returns = discounted_returns(token_rewards(batch, kl, "reinforce_pp"), batch.mask, cfg.gae_gamma)
+    group = batch.std_group if cfg.std_scope == "global" else None
+    return whiten(returns, batch.mask, cfg.adv_eps, group=group)
+
+
+@register_loss("reinforce_pp", advantages=reinforce_pp_advantages, kl_placement="reward")
+def reinforce_pp_loss(
+    batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None
+) -> tuple[torch.Tensor, dict]:
+    adv = batch.advantages if batch.advantages is not None else reinforce_pp_advantages(batch, cfg, kl)
+    return policy_loss(
+        batch,
+        cfg,
+        kl,
+        adv,
+        eps_low=cfg.eps_low,
+        eps_high=cfg.eps_low,
+        agg=cfg.loss_agg,
+        default_kl_placement="reward",
+    )
