@@ -230,17 +230,29 @@ def hf_to_megatron(
 ) -> Path:
     """Convert an HF Qwen2 directory to a megatron dist checkpoint written at TP/PP; returns out_dir.
 
-    TP*PP > 1 runs in that many local gloo processes (CPU), each holding only its shard.
+    Called outside a process group it spawns TP*PP local gloo processes (one for TP*PP = 1:
+    this one), each holding only its shard. Called by every rank of an existing group of
+    exactly TP*PP processes it runs collectively there.
     """
     cfg, reader = plan_hf_to_megatron(hf_dir, tp, pp, vocab_size)
     reader.close()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if copy_tokenizer_files(hf_dir, out / TOKENIZER_DIR):
-        cfg.tokenizer.path = str((out / TOKENIZER_DIR).resolve())
-    (out / HF_CONFIG_FILE).write_text(json.dumps(read_hf_config(hf_dir), indent=2) + "\n")
     world = tp * pp
-    if world == 1:
+    in_group = dist.is_initialized() and dist.get_world_size() > 1
+    if in_group and dist.get_world_size() != world:
+        raise ValueError(
+            f"hf_to_megatron at TP*PP={world} called in a group of {dist.get_world_size()} processes"
+        )
+    if (out / TOKENIZER_DIR / "tokenizer.json").is_file() or (Path(hf_dir) / "tokenizer.json").is_file():
+        cfg.tokenizer.path = str((out / TOKENIZER_DIR).resolve())
+    if not in_group or dist.get_rank() == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        copy_tokenizer_files(hf_dir, out / TOKENIZER_DIR)
+        (out / HF_CONFIG_FILE).write_text(json.dumps(read_hf_config(hf_dir), indent=2) + "\n")
+    if in_group:
+        dist.barrier()
+        _hf_to_megatron_rank(dist.get_rank(), world, str(hf_dir), str(out), cfg)
+    elif world == 1:
         with local_process_group():
             _hf_to_megatron_rank(0, 1, str(hf_dir), str(out), cfg)
     else:
@@ -248,8 +260,11 @@ def hf_to_megatron(
 
         run_processes(_hf_to_megatron_rank, world, args=(str(hf_dir), str(out), cfg))
     # The pointer and config are written last: a directory with them is a complete checkpoint.
-    save_config(cfg, out / CONFIG_FILE)
-    (out / LATEST_FILE).write_text("0\n")
+    if not in_group or dist.get_rank() == 0:
+        save_config(cfg, out / CONFIG_FILE)
+        (out / LATEST_FILE).write_text("0\n")
+    if in_group:
+        dist.barrier()
     return out
 
 
