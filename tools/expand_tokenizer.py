@@ -1,0 +1,84 @@
+"""Expand the Qwen2.5 tokenizer for th, ms, km, lo, my, fil, id, vi and write a compression report.
+
+    python tools/expand_tokenizer.py --out out/qwen2.5-expanded --report-dir reports/tokenizer
+    python tools/expand_tokenizer.py --out out/tok --corpus th=th.txt --corpus th=more_th.jsonl --corpus km=km.txt
+
+Without --corpus, each language trains on its FLORES-200 dev file (devtest is kept for the report).
+Corpora are streamed (.txt one text per line, .jsonl with a "text" field). The output directory
+loads with transformers.AutoTokenizer.from_pretrained and vepo_mcore.tokenizer.load_tokenizer and
+holds expansion_manifest.json (new ids per language, corpus sha256s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from vepo_mcore.languages import EXPANDED_LANGS, default_tokenizer_dir
+from vepo_mcore.tokenizer.expand import default_corpora
+from vepo_mcore.tokenizer.pretokenizer import DEFAULT_PRETOKENIZER, PRETOKENIZERS
+from vepo_mcore.tokenizer.report import expand_and_report
+
+
+def parse_corpora(specs: list[str]) -> dict[str, list[Path]]:
+    corpora: dict[str, list[Path]] = defaultdict(list)
+    for spec in specs:
+        lang, sep, path = spec.partition("=")
+        if not sep or lang not in EXPANDED_LANGS:
+            raise SystemExit(
+                f"--corpus {spec!r}: expected LANG=PATH with LANG in {', '.join(EXPANDED_LANGS)}"
+            )
+        corpora[lang].append(Path(path))
+    return dict(corpora)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--base", default=str(default_tokenizer_dir()), help="base tokenizer directory")
+    parser.add_argument("--corpus", action="append", default=[], metavar="LANG=PATH", help="repeatable")
+    parser.add_argument("--tokens-per-lang", type=int, default=4000)
+    parser.add_argument("--min-frequency", type=int, default=2, help="smallest pair count that is merged")
+    parser.add_argument("--max-lines", type=int, default=None, help="read at most this many lines per file")
+    parser.add_argument("--pretokenizer", choices=sorted(PRETOKENIZERS), default=DEFAULT_PRETOKENIZER)
+    parser.add_argument(
+        "--no-compare", action="store_true", help="skip the expansion with the other pre-tokenizer"
+    )
+    parser.add_argument("--out", required=True, help="output tokenizer directory")
+    parser.add_argument(
+        "--report-dir", default=None, help="compression report directory (default OUT/report)"
+    )
+    args = parser.parse_args()
+
+    corpora = parse_corpora(args.corpus) if args.corpus else default_corpora()
+    corpora = {
+        lang: [Path(os.path.relpath(p)) if Path(p).is_absolute() else p for p in paths]
+        for lang, paths in corpora.items()
+    }
+    compare = [] if args.no_compare else sorted(PRETOKENIZERS)
+    result, report = expand_and_report(
+        args.base,
+        corpora,
+        args.out,
+        args.report_dir or Path(args.out) / "report",
+        args.pretokenizer,
+        compare,
+        n_tokens=args.tokens_per_lang,
+        min_frequency=args.min_frequency,
+        max_lines=args.max_lines,
+    )
+    print(json.dumps({lang: v["count"] for lang, v in result.manifest()["languages"].items()}))
+    print(f"vocab {result.vocab_size}; tokenizer in {args.out}")
+    if report is not None:
+        gains = {
+            lang: row["gain"][f"expanded_{args.pretokenizer}"] for lang, row in report["compression"].items()
+        }
+        print("devtest gain:", json.dumps(gains))
+
+
+if __name__ == "__main__":
+    main()
