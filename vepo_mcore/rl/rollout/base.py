@@ -1,0 +1,235 @@
+"""The rollout engine interface, the sampling parameters every engine takes, and the engine registry.
+
+    engine = build_engine(cfg, model=model, tokenizer=tok)   # by cfg.rl.rollout.engine
+    samples = engine.generate(prompts, SamplingParams.from_config(cfg.rl.rollout.sampling, tok.stop_ids))
+    sync_weights(engine, model, cfg)                          # after each optimizer step (weight_sync.py)
+    engine.sleep(); ...train...; engine.wake()
+
+Contract shared by all engines (tests/unit/test_rollout_contract.py runs one suite against each):
+  * `generate` is called on every rank with the same prompts and returns the same samples on every
+    rank: `response_ids` (the stop token included when one was produced), `response` (decoded, special
+    tokens stripped), `rollout_logprobs` = log softmax(z / tau)[token] over the *real* vocabulary for
+    each response token (tau = sampling temperature; greedy, tau = 0, reports log softmax(z)), and
+    `finish_reason` 'stop' (a stop token) or 'length' (max_new_tokens reached).
+  * `update_weights(named_tensors)` takes full (unsharded) tensors under Hugging Face Qwen2 names.
+  * `sleep()` releases the engine's memory (KV cache; SGLang also its weights), `wake()` takes it
+    back; weights must be pushed again after `wake()` when `weights_survive_sleep` is False.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from vepo_mcore.config.rl import SamplingConfig
+from vepo_mcore.rl.sample import Sample
+
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What to sample and when to stop; one value for the whole generate call."""
+
+    temperature: float = 1.0
+    """tau; 0 = greedy (argmax)."""
+    top_p: float = 1.0
+    """Nucleus: keep the smallest set of tokens whose tempered probability reaches top_p."""
+    top_k: int = -1
+    """Keep the k most probable tokens (-1 = all)."""
+    max_new_tokens: int = 256
+    """Response length cap; reaching it gives finish_reason 'length'."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Generating any of these ends the response (finish_reason 'stop'); the token is kept."""
+    seed: int | None = None
+    """Seed of the sampling generator; None = the engine's own stream."""
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"sampling temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"sampling top_k must be -1 (off) or positive, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"sampling max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+    @classmethod
+    def from_config(
+        cls, scfg: SamplingConfig, stop_token_ids: Iterable[int] = (), seed: int | None = None
+    ) -> SamplingParams:
+        """rl.rollout.sampling + the tokenizer's stop ids (tok.stop_ids) -> SamplingParams."""
+        stops = tuple(dict.fromkeys([*stop_token_ids, *scfg.stop_token_ids]))
+        return cls(
+            temperature=scfg.temperature,
+            top_p=scfg.top_p,
+            top_k=scfg.top_k,
+            max_new_tokens=scfg.max_new_tokens,
+            stop_token_ids=stops,
+            seed=seed,
+        )
+
+    def with_seed(self, seed: int | None) -> SamplingParams:
+        return replace(self, seed=seed)
+
+    def to_sglang(self) -> dict[str, Any]:
+        """SGLang's sampling_params dict (python/sglang/srt/sampling/sampling_params.py)."""
+        params: dict[str, Any] = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_new_tokens": self.max_new_tokens,
+            "stop_token_ids": list(self.stop_token_ids),
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+        }
+        if self.seed is not None:
+            params["sampling_seed"] = self.seed
+        return params
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """What the RL trainer needs from a rollout engine (embedded Megatron sampler, SGLang, fake SGLang)."""
+
+    name: str
+    shares_training_weights: bool
+    """True when the engine computes with the training model's own parameters (no sync needed)."""
+    weights_survive_sleep: bool
+    """False when sleep() discards the weights (SGLang's memory saver): sync again after wake()."""
+
+    def generate(self, prompts: list[Sample] | list[list[int]], sampling: SamplingParams) -> list[Sample]: ...
+
+    def update_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int | None = None
+    ) -> None: ...
+
+    def sleep(self) -> None: ...
+
+    def wake(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+# ----------------------------------------------------------------------------- helpers for engines
+
+
+def as_samples(prompts: list[Sample] | list[list[int]]) -> list[Sample]:
+    """Copies of the prompt Samples (or new Samples around bare token lists); prompt_ids must be set."""
+    out = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, Sample):
+            sample = copy.copy(p)
+            sample.metadata = dict(p.metadata)
+        else:
+            sample = Sample(prompt_ids=[int(t) for t in p], group_id=i)
+        if not sample.prompt_ids:
+            raise ValueError(f"prompt {i} has no prompt_ids: tokenise prompts before generate()")
+        out.append(sample)
+    return out
+
+
+def finish_sample(
+    sample: Sample,
+    response_ids: list[int],
+    logprobs: list[float],
+    finish_reason: str,
+    tokenizer: Any = None,
+) -> Sample:
+    """Fill the response fields of `sample` (decoding the text with `tokenizer` when given)."""
+    if finish_reason not in FINISH_REASONS:
+        raise ValueError(f"finish_reason {finish_reason!r} is not one of {FINISH_REASONS}")
+    if len(logprobs) != len(response_ids):
+        raise ValueError(f"{len(response_ids)} response tokens but {len(logprobs)} log-probs")
+    sample.response_ids = [int(t) for t in response_ids]
+    sample.rollout_logprobs = [float(x) for x in logprobs]
+    sample.finish_reason = finish_reason
+    if tokenizer is not None:
+        sample.response = tokenizer.decode(sample.response_ids, skip_special_tokens=True)
+    return sample
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Tempered logits [B, V] with everything outside top-k / the top-p nucleus set to -inf.
+
+    The nucleus keeps the smallest prefix of tokens (by probability) whose mass reaches top_p, so
+    the most probable token always survives.
+    """
+    out = logits
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(out, top_k, dim=-1).values[..., -1:]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(out, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = torch.cumsum(probs, dim=-1) - probs
+        drop_sorted = mass_before >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        out = out.masked_fill(drop, float("-inf"))
+    return out
+
+
+def sample_next(
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Full real-vocab logits [B, V] -> (next tokens [B] int64, their log-probs [B] fp32).
+
+    The log-prob is log softmax(z / tau) of the chosen token over the whole vocabulary (before
+    top-k/top-p), the quantity the trainer recomputes; greedy (tau = 0) reports log softmax(z).
+    """
+    z = logits.float()
+    if sampling.temperature == 0:
+        tokens = torch.argmax(z, dim=-1)
+        logp = torch.log_softmax(z, dim=-1)
+    else:
+        z = z / sampling.temperature
+        logp = torch.log_softmax(z, dim=-1)
+        probs = torch.softmax(filter_logits(z, sampling.top_k, sampling.top_p), dim=-1)
+        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+# ----------------------------------------------------------------------------- registry
+
+EngineBuilder = Callable[..., RolloutEngine]
+_ENGINES: dict[str, EngineBuilder] = {}
+
+
+def register_engine(name: str) -> Callable[[EngineBuilder], EngineBuilder]:
+    """Decorator: register `builder(cfg, model=..., tokenizer=..., **kwargs) -> RolloutEngine`."""
+
+    def wrap(builder: EngineBuilder) -> EngineBuilder:
+        _ENGINES[name] = builder
+        return builder
+
+    return wrap
+
+
+def known_engines() -> list[str]:
+    _load_builtin_engines()
+    return sorted(_ENGINES)
+
+
+def build_engine(cfg, model=None, tokenizer=None, **kwargs) -> RolloutEngine:
+    """The engine named by cfg.rl.rollout.engine ('embedded', 'sglang', 'fake_sglang').
+
+    embedded needs `model` (this rank's GPTModel); the SGLang engines take `model_path` (an HF
+    directory; default: a config-only directory written from cfg.model, weights arrive by sync).
+    """
+    _load_builtin_engines()
+    name = cfg.rl.rollout.engine
+    if name not in _ENGINES:
+        raise ValueError(
+            f"rl.rollout.engine {name!r} is not a known engine; known engines: {known_engines()}"
+        )
+    return _ENGINES[name](cfg, model=model, tokenizer=tokenizer, **kwargs)
+
+
+def _load_builtin_engines() -> None:
+    # Importing the modules registers them; sglang itself is only imported when an engine starts.
+    from vepo_mcore.rl.rollout import embedded, sglang_engine  # noqa: F401
