@@ -1,0 +1,364 @@
+"""SFT data: ChatML conversations -> token ids with an assistant-only loss mask, packed or padded, in curriculum phases.
+
+    curriculum = build_sft_datasets(cfg)          # map-style: phase 1 samples, then phase 2, ...
+    sample = curriculum[i]   # tokens, labels, loss_mask, position_ids, segment_ids [s] (+ attention_mask [1, s, s])
+    curriculum.phase_of(i)   # -> (phase index, phase name) for logs
+
+Input: jsonl, one conversation per line: {"messages": [{"role": "user", "content": ...}, ...]}.
+A conversation is encoded as Tokenizer.apply_chat writes it, piece by piece:
+`<|im_start|>` + encode(role + "\\n") + encode(content) + `<|im_end|>` + encode("\\n"). Encoding
+the assistant content on its own is how the rollout engine sees it (generation starts right
+after "<|im_start|>assistant\\n"), and it makes the mask exact: the loss covers the assistant
+content tokens and their closing <|im_end|>, never role headers, other turns or the "\\n".
+
+Labels are shifted per conversation (tokens = ids[:-1], labels = ids[1:]), so no label ever
+crosses into the next packed conversation. Packing fills each sequence greedily in order;
+position ids restart at 0 per conversation and `segment_ids` (conversation index within the
+sequence, -1 on padding) gives the block-diagonal causal attention mask.
+
+A phase draws `num_samples` conversations from its sources by weight (5:1 general :
+multilingual in the default curriculum, SPEC section 3), each source cycling through seeded
+permutations, interleaved so every prefix keeps the ratios. Position in the curriculum is one
+number (consumed samples), so resuming is exact.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vepo_mcore.config.data import SFTPhaseConfig
+from vepo_mcore.config.job import JobConfig
+from vepo_mcore.tokenizer import Tokenizer, load_tokenizer
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+# ---------------------------------------------------------------- reading
+
+
+def validate_messages(messages: object) -> list[dict[str, str]]:
+    """Check one conversation; ValueError with what is wrong (the caller adds file and line)."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list")
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise ValueError(f"messages[{i}] must be an object with 'role' and 'content'")
+        role, content = msg.get("role"), msg.get("content")
+        if role not in ROLES:
+            raise ValueError(f"messages[{i}].role is {role!r}; expected one of {ROLES}")
+        if not isinstance(content, str):
+            raise ValueError(f"messages[{i}].content must be a string, got {type(content).__name__}")
+    if not any(msg["role"] == "assistant" for msg in messages):
+        raise ValueError("no assistant message: nothing to train on")
+    return [{"role": msg["role"], "content": msg["content"]} for msg in messages]
+
+
+def read_conversations(path: str | Path) -> list[list[dict[str, str]]]:
+    """All conversations of a ChatML jsonl file; ValueError naming file and line on a bad line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"SFT file {path} does not exist")
+    conversations = []
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+                if not isinstance(record, dict) or "messages" not in record:
+                    raise ValueError('expected an object with a "messages" list')
+                conversations.append(validate_messages(record["messages"]))
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{line_no}: invalid UTF-8 at byte {exc.start}") from None
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{line_no}: bad JSON ({exc.msg} at column {exc.colno})") from None
+            except ValueError as exc:
+                raise ValueError(f"{path}:{line_no}: {exc}") from None
+    if not conversations:
+        raise ValueError(f"SFT file {path} has no conversations")
+    return conversations
+
+
+# ---------------------------------------------------------------- tokenising
+
+
+def tokenize_conversation(tok: Tokenizer, messages: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    """ChatML conversation -> (ids [n] int64, loss mask [n] bool), mask on assistant content + its <|im_end|>.
+
+    decode(ids) == tok.apply_chat(messages).
+    """
+    newline = tok.encode("\n")
+    ids: list[int] = []
+    mask: list[bool] = []
+    for msg in messages:
+        header = [tok.im_start_id] + tok.encode(f"{msg['role']}\n")
+        body = tok.encode(msg["content"]) + [tok.im_end_id]
+        trained = msg["role"] == "assistant"
+        ids += header + body + newline
+        mask += [False] * len(header) + [trained] * len(body) + [False] * len(newline)
+    return np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=bool)
+
+
+@dataclass
+class Packed:
+    """Samples of one phase as [num_samples, s] arrays."""
+
+    tokens: np.ndarray
+    labels: np.ndarray
+    loss_mask: np.ndarray
+    position_ids: np.ndarray
+    segment_ids: np.ndarray
+    truncated: int = 0
+    """Conversations cut to seq_length + 1 tokens."""
+
+
+def pack_conversations(
+    encoded: list[tuple[np.ndarray, np.ndarray]], seq_length: int, pad_id: int, packing: bool = True
+) -> Packed:
+    """[(ids [n], mask [n]), ...] -> Packed samples of seq_length tokens.
+
+    Each conversation contributes tokens ids[:-1], labels ids[1:], loss mask mask[1:] (a label
+    is trained when its token is an assistant token), position ids 0..n-2. packing=False puts
+    one conversation per sample. Too-long conversations are truncated to seq_length + 1 ids.
+    """
+    if seq_length < 2:
+        raise ValueError(f"seq_length must be >= 2 for SFT, got {seq_length}")
+    samples: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    current: list[tuple[np.ndarray, np.ndarray]] = []
+    used = 0
+    truncated = 0
+    for ids, mask in encoded:
+        if len(ids) < 2:
+            continue  # a conversation needs one (token, label) pair
+        if len(ids) > seq_length + 1:
+            ids, mask = ids[: seq_length + 1], mask[: seq_length + 1]
+            truncated += 1
+        length = len(ids) - 1
+        if current and (not packing or used + length > seq_length):
+            samples.append(current)
+            current, used = [], 0
+        current.append((ids, mask))
+        used += length
+    if current:
+        samples.append(current)
+
+    n = len(samples)
+    out = Packed(
+        tokens=np.full((n, seq_length), pad_id, dtype=np.int64),
+        labels=np.full((n, seq_length), pad_id, dtype=np.int64),
+        loss_mask=np.zeros((n, seq_length), dtype=np.float32),
+        position_ids=np.zeros((n, seq_length), dtype=np.int64),
+        segment_ids=np.full((n, seq_length), -1, dtype=np.int64),
+        truncated=truncated,
+    )
+    for row, parts in enumerate(samples):
+        offset = 0
+        for segment, (ids, mask) in enumerate(parts):
+            length = len(ids) - 1
+            span = slice(offset, offset + length)
+            out.tokens[row, span] = ids[:-1]
+            out.labels[row, span] = ids[1:]
+            out.loss_mask[row, span] = mask[1:]
+            out.position_ids[row, span] = np.arange(length)
+            out.segment_ids[row, span] = segment
+            offset += length
+        # Padding continues the positions so RoPE sees ordinary values; it is masked out anyway.
+        out.position_ids[row, offset:] = np.arange(seq_length - offset)
+    return out
+
+
+def block_causal_mask(segment_ids: torch.Tensor) -> torch.Tensor:
+    """segment_ids [..., s] -> attention mask [..., 1, s, s] bool, True = masked out (megatron's convention).
+
+    Token i may attend to token j iff j <= i and both belong to the same segment (padding,
+    segment -1, forms one block of its own, so no row is fully masked).
+    """
+    s = segment_ids.shape[-1]
+    same = segment_ids.unsqueeze(-1) == segment_ids.unsqueeze(-2)
+    causal = torch.ones(s, s, dtype=torch.bool, device=segment_ids.device).tril()
+    return (~(same & causal)).unsqueeze(-3)
+
+
+# ---------------------------------------------------------------- mixing
+
+
+def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
+    raw = weights / weights.sum() * total
+    counts = np.floor(raw).astype(np.int64)
+    for i in np.argsort(-(raw - counts), kind="stable")[: total - counts.sum()]:
+        counts[i] += 1
+    return counts
+
+
+def mixture_order(
+    sizes: dict[str, int], weights: dict[str, float], num_samples: int, seed: int
+) -> list[tuple[str, int]]:
+    """(source, conversation index) in the order a phase trains on them.
+
+    num_samples > 0: counts per source by weight (largest remainder); each source cycles through
+    seeded permutations of its conversations. num_samples == 0: every conversation once.
+    The sources are interleaved greedily (always the one furthest behind its share), so every
+    prefix of the order keeps the ratios, like megatron's blending index.
+    """
+    names = list(sizes)
+    if any(sizes[name] <= 0 for name in names):
+        raise ValueError(f"every SFT source needs conversations; sizes: {sizes}")
+    w = np.array([weights.get(name, 1.0) for name in names], dtype=np.float64)
+    if num_samples > 0:
+        if w.sum() <= 0:
+            raise ValueError(f"SFT source weights must not all be 0: {weights}")
+        counts = _largest_remainder(w, num_samples)
+    else:
+        counts = np.array([sizes[name] for name in names], dtype=np.int64)
+    draws = []
+    for k, name in enumerate(names):
+        rng = np.random.default_rng([seed, k])
+        epochs = -(-int(counts[k]) // sizes[name])
+        perm = np.concatenate([rng.permutation(sizes[name]) for _ in range(max(epochs, 1))])
+        draws.append(perm[: counts[k]])
+    target = counts / max(counts.sum(), 1)
+    taken = np.zeros(len(names), dtype=np.int64)
+    order = []
+    for step in range(int(counts.sum())):
+        behind = target * (step + 1) - taken
+        behind[taken >= counts] = -np.inf
+        k = int(np.argmax(behind))
+        order.append((names[k], int(draws[k][taken[k]])))
+        taken[k] += 1
+    return order
+
+
+# ---------------------------------------------------------------- datasets
+
+
+class SFTPhaseDataset(torch.utils.data.Dataset):
+    """The packed (or padded) samples of one curriculum phase."""
+
+    def __init__(
+        self,
+        phase: SFTPhaseConfig,
+        tok: Tokenizer,
+        seq_length: int,
+        *,
+        seed: int = 1234,
+        packing: bool = True,
+        attention_mask: bool = True,
+    ):
+        if not phase.paths:
+            raise ValueError(f"SFT phase {phase.name!r} has no sources (paths is empty)")
+        self.name = phase.name
+        self.attention_mask = attention_mask
+        sources = {name: read_conversations(path) for name, path in phase.paths.items()}
+        sizes = {name: len(convs) for name, convs in sources.items()}
+        self.order = mixture_order(sizes, phase.weights, phase.num_samples, seed)
+        cache: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        encoded = []
+        for key in self.order:
+            if key not in cache:
+                cache[key] = tokenize_conversation(tok, sources[key[0]][key[1]])
+            encoded.append(cache[key])
+        self.source_counts = {name: sum(1 for s, _ in self.order if s == name) for name in sources}
+        self.packed = pack_conversations(encoded, seq_length, tok.pad_id, packing)
+
+    def __len__(self) -> int:
+        return len(self.packed.tokens)
+
+    def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
+        p = self.packed
+        sample = {
+            "tokens": torch.from_numpy(p.tokens[idx]),
+            "labels": torch.from_numpy(p.labels[idx]),
+            "loss_mask": torch.from_numpy(p.loss_mask[idx]),
+            "position_ids": torch.from_numpy(p.position_ids[idx]),
+            "segment_ids": torch.from_numpy(p.segment_ids[idx]),
+        }
+        if self.attention_mask:
+            sample["attention_mask"] = block_causal_mask(sample["segment_ids"])
+        return sample
+
+
+class SFTCurriculum(torch.utils.data.Dataset):
+    """Phases run in order as one map-style dataset: index i < len(phase 0) is phase 0, and so on."""
+
+    def __init__(self, phases: list[SFTPhaseDataset]):
+        if not phases:
+            raise ValueError("an SFT curriculum needs at least one phase (data.sft_phases is empty)")
+        self.phases = phases
+        self.boundaries = np.cumsum([len(p) for p in phases])
+
+    def __len__(self) -> int:
+        return int(self.boundaries[-1])
+
+    def phase_of(self, idx: int) -> tuple[int, str]:
+        """(phase index, phase name) of sample idx."""
+        if not 0 <= idx < len(self):
+            raise IndexError(f"sample {idx} outside the curriculum of {len(self)} samples")
+        k = int(np.searchsorted(self.boundaries, idx, side="right"))
+        return k, self.phases[k].name
+
+    def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
+        k, _ = self.phase_of(idx)
+        start = int(self.boundaries[k - 1]) if k else 0
+        return self.phases[k][idx - start]
+
+
+class CurriculumIterator:
+    """Micro-batches of one DP rank through the curriculum, resumable from a global sample position.
+
+    Global batch g holds samples [g * GBS, (g + 1) * GBS); each micro-batch step consumes
+    micro_batch_size * dp_size samples of which rank r takes the r-th slice (the layout of
+    training/sampler.py). Ends after the last full step of the last phase.
+    """
+
+    def __init__(self, curriculum: SFTCurriculum, micro_batch_size: int, dp_rank: int = 0, dp_size: int = 1):
+        self.curriculum = curriculum
+        self.micro_batch_size = micro_batch_size
+        self.dp_rank, self.dp_size = dp_rank, dp_size
+        self.consumed_samples = 0
+
+    def state_dict(self) -> dict:
+        return {"consumed_samples": self.consumed_samples}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.consumed_samples = int(state["consumed_samples"])
+
+    @property
+    def phase(self) -> tuple[int, str]:
+        """The phase the next micro-batch comes from."""
+        return self.curriculum.phase_of(min(self.consumed_samples, len(self.curriculum) - 1))
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        step = self.micro_batch_size * self.dp_size
+        if self.consumed_samples + step > len(self.curriculum):
+            raise StopIteration
+        start = self.consumed_samples + self.dp_rank * self.micro_batch_size
+        samples = [self.curriculum[start + i] for i in range(self.micro_batch_size)]
+        self.consumed_samples += step
+        return {key: torch.stack([s[key] for s in samples]) for key in samples[0]}
+
+
+def build_sft_datasets(cfg: JobConfig) -> SFTCurriculum:
+    """The curriculum of cfg.data.sft_phases at cfg.training.seq_length (same result on every rank)."""
+    tok = load_tokenizer(cfg.tokenizer.path)
+    phases = [
+        SFTPhaseDataset(
+            phase,
+            tok,
+            cfg.training.seq_length,
+            seed=cfg.training.seed + k,
+            packing=cfg.data.sft_packing,
+            attention_mask=cfg.data.sft_attention_mask,
+        )
+        for k, phase in enumerate(cfg.data.sft_phases)
+    ]
+    return SFTCurriculum(phases)
