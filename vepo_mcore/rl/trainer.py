@@ -1,0 +1,336 @@
+"""The RL step loop: VEPO (or any registered loss) on Megatron-Core with a colocated rollout engine.
+
+    torchrun --nproc-per-node 2 tools/train_vepo.py --config examples/configs/vepo_tiny.yaml
+
+One step: translation prompts -> K samples each at temperature tau -> RLVR rewards -> filter to G
+per prompt -> old (and reference) log-probs recomputed by the training model at the same tau
+(the engine's log-probs are kept and their mismatch logged) -> advantages on the rank's whole
+rollout batch -> PPO epochs over mini-batches with the chosen loss -> weight sync to the engine.
+
+Each data-parallel rank rolls out its own share of the step's prompts; reward normalisation and
+the 'microbatch' std scope are rank-local (no all-reduce), 'global' all-reduces over DP.
+`training.train_iters` counts RL steps; `training.checkpoint.load` initialises the policy (and the
+frozen reference) from a CPT/SFT checkpoint, `training.checkpoint.save` is where RL checkpoints
+go and where a restarted run resumes from.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from vepo_mcore.config.job import JobConfig
+from vepo_mcore.rl import experience as xp
+from vepo_mcore.rl.filtering import dynamic_sampling, filter_candidates
+from vepo_mcore.rl.rewards.rlvr import rlvr_reward
+from vepo_mcore.rl.sample import Sample
+
+
+class RLTrainer:
+    """Owns the policy (+ reference, + critic for PPO), the optimizer, the engine and the prompt stream."""
+
+    def __init__(self, cfg: JobConfig):
+        from megatron.core import parallel_state as ps
+
+        from vepo_mcore.models.builder import build_model
+        from vepo_mcore.parallel import init_model_parallel
+        from vepo_mcore.rl.prompts import TranslationPrompts
+        from vepo_mcore.rl.rollout.base import build_engine
+        from vepo_mcore.tokenizer import load_tokenizer
+        from vepo_mcore.training.checkpointing import load_checkpoint
+        from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, unwrap, wrap_model
+
+        self.cfg = cfg = _with_rl_schedule(cfg)
+        init_model_parallel(cfg.parallel, seed=cfg.training.seed)
+        cfg.validate(dist.get_world_size())
+        self.dp_rank, self.dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
+        _check_batch_shape(cfg, self.dp_size)
+        self.tokenizer = load_tokenizer(cfg.tokenizer.path)
+        if len(self.tokenizer) > cfg.model.vocab_size:
+            raise ValueError(
+                f"model.vocab_size ({cfg.model.vocab_size}) is smaller than the tokenizer "
+                f"({len(self.tokenizer)} ids at {self.tokenizer.path})"
+            )
+        self.model = wrap_model(build_model(cfg), cfg)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.scheduler = build_scheduler(self.optimizer, cfg)
+        ckpt = cfg.training.checkpoint
+        if ckpt.load:
+            if load_checkpoint(ckpt.load, self.model, finetune=True) is None:
+                raise FileNotFoundError(f"training.checkpoint.load={ckpt.load} holds no checkpoint")
+            self.optimizer.reload_model_params()
+        # The frozen reference is the initial policy (KL k1/k2/k3 are always measured).
+        self.reference = build_model(cfg).eval().requires_grad_(False)
+        self.reference.load_state_dict(unwrap(self.model).state_dict())
+        self.critic = self.critic_optimizer = self.critic_scheduler = None
+        if cfg.rl.loss.name == "ppo":
+            from vepo_mcore.models.heads import build_value_model
+
+            self.critic = wrap_model(build_value_model(cfg), cfg)
+            self.critic_optimizer = build_optimizer(self.critic, cfg)
+            self.critic_scheduler = build_scheduler(self.critic_optimizer, cfg)
+
+        self.prompts = TranslationPrompts(
+            self.tokenizer, cfg.rl.directions, cfg.rl.prompt_split, seed=cfg.training.seed
+        )
+        self.iteration, self.history = 0, []
+        if ckpt.save:
+            state = load_checkpoint(ckpt.save, self.model, self.optimizer, self.scheduler)
+            if state is not None:
+                self.iteration = state.iteration
+                self.prompts.load_state_dict(state.data_state["prompts"])
+                if self.critic is not None:
+                    load_checkpoint(Path(ckpt.save) / "critic", self.critic, self.critic_optimizer,
+                                    self.critic_scheduler)  # fmt: skip
+        self.engine = build_engine(cfg, model=unwrap(self.model), tokenizer=self.tokenizer)
+        self.weights_stale = not self.engine.shares_training_weights
+
+    # -- the step -----------------------------------------------------------------------------
+    def step(self) -> dict[str, float]:
+        """One RL step; returns its metrics (the same on every rank)."""
+        samples, metrics = self.rollout()
+        exp = self.experience(samples, metrics)
+        metrics.update(self.train(exp))
+        self.weights_stale = not self.engine.shares_training_weights
+        self.iteration += 1
+        return metrics
+
+    def rollout(self) -> tuple[list[Sample], dict[str, float]]:
+        """Generate K candidates per prompt, score them, keep G per prompt."""
+        rl = self.cfg.rl
+        per_rank = rl.prompts_per_step // self.dp_size
+        kept, metrics, rounds = [], {}, 0
+        while len(kept) < per_rank * rl.filtering.group_size:
+            prompts = self.prompts.next_batch(
+                rl.prompts_per_step, first_group_id=rounds * rl.prompts_per_step
+            )
+            mine = prompts[self.dp_rank :: self.dp_size][: per_rank - len(kept) // rl.filtering.group_size]
+            candidates = [copy.deepcopy(p) for p in mine for _ in range(rl.filtering.num_candidates)]
+            samples = self.generate(
+                candidates, seed=_step_seed(self.cfg, self.iteration, rounds, self.dp_rank)
+            )
+            rlvr_reward(samples, rl.rewards)
+            chosen, filter_metrics = filter_candidates(samples, rl.filtering.group_size, rl.filtering.enabled)
+            if rounds == 0:
+                metrics.update(filter_metrics)
+                metrics.update(_reward_metrics(samples))
+            if rl.filtering.dynamic_sampling:
+                chosen, ds_metrics = dynamic_sampling(chosen)
+                metrics.update(ds_metrics) if rounds == 0 else None
+            kept += chosen
+            rounds += 1
+            if rounds == MAX_SAMPLING_ROUNDS and len(kept) < per_rank * rl.filtering.group_size:
+                kept = _fill_by_repeating(kept, per_rank * rl.filtering.group_size)
+        metrics["rollout/sampling_rounds"] = float(rounds)
+        return kept, metrics
+
+    def generate(self, prompts: list[Sample], seed: int) -> list[Sample]:
+        """Wake the engine, push the newest weights if it keeps its own copy, sample, release memory."""
+        from vepo_mcore.rl.rollout.base import SamplingParams
+
+        self.engine.wake()
+        if self.weights_stale or not self.engine.weights_survive_sleep:
+            from vepo_mcore.rl.rollout.weight_sync import sync_weights
+
+            sync_weights(self.engine, self.model, self.cfg)
+            self.weights_stale = False
+        sampling = SamplingParams.from_config(
+            self.cfg.rl.rollout.sampling, self.tokenizer.stop_ids, seed=seed
+        )
+        samples = self.engine.generate(prompts, sampling)
+        self.engine.sleep()
+        return samples
+
+    def experience(self, samples: list[Sample], metrics: dict[str, float]) -> dict[str, Any]:
+        """Tensors for the loss: old/reference log-probs at tau, critic values, advantages."""
+        from vepo_mcore.rl.batch import RLBatch
+        from vepo_mcore.rl.losses.registry import compute_advantages
+
+        cfg, loss = self.cfg, self.cfg.rl.loss
+        exp = xp.make_experience(samples, self.tokenizer.pad_id)
+        exp["max_response_length"] = cfg.rl.rollout.sampling.max_new_tokens
+        mbs = cfg.training.micro_batch_size
+        args = (mbs, loss.temperature, cfg.model.vocab_size, loss.logprob_chunk_size, loss.entropy_topk_frac)
+        exp["old_logp"], exp["entropy"] = xp.policy_logprobs(self.model, exp, *args)
+        exp["ref_logp"], _ = xp.policy_logprobs(self.reference, exp, *args)
+        if self.critic is not None:
+            exp["old_values"] = xp.critic_values(self.critic, exp, mbs)
+        batch = RLBatch(
+            logp=exp["old_logp"], old_logp=exp["old_logp"], mask=exp["mask"], entropy=exp["entropy"],
+            ref_logp=exp["ref_logp"], rewards=exp["rewards"], group_ids=exp["group_ids"],
+            old_values=exp.get("old_values"), response_lengths=exp["response_lengths"],
+            max_response_length=exp["max_response_length"], std_group=_dp_group(),
+        )  # fmt: skip
+        exp["advantages"] = compute_advantages(batch, loss, cfg.rl.kl)
+        if self.critic is not None:
+            from vepo_mcore.rl.losses.ppo import ppo_gae
+
+            exp["returns"] = ppo_gae(batch, loss, cfg.rl.kl)[1]
+        metrics.update(_experience_metrics(samples, exp))
+        return exp
+
+    def train(self, exp: dict[str, Any]) -> dict[str, float]:
+        """ppo_epochs x mini_batches optimizer steps of the policy (and the critic for PPO)."""
+        from vepo_mcore.training.loop import train_step
+
+        cfg = self.cfg
+        rows = exp["tokens"].shape[0] // cfg.rl.mini_batches
+        policy_step = xp.bind(xp.policy_forward_step, loss_cfg=cfg.rl.loss, kl_cfg=cfg.rl.kl,
+                              vocab_size=cfg.model.vocab_size)  # fmt: skip
+        metrics: dict[str, list[float]] = {}
+        for _epoch in range(cfg.rl.ppo_epochs):
+            for k in range(cfg.rl.mini_batches):
+                mini = {key: v[k * rows : (k + 1) * rows] if _is_rows(v) else v for key, v in exp.items()}
+                micro = xp.split_micro_batches(mini, cfg.training.micro_batch_size)
+                shape = (len(micro), micro[0]["tokens"].shape[1], micro[0]["tokens"].shape[0])
+                out = train_step(policy_step, iter(micro), self.model, self.optimizer, self.scheduler, *shape)
+                if self.critic is not None:
+                    critic_step = xp.bind(xp.critic_forward_step, loss_cfg=cfg.rl.loss)
+                    critic = train_step(critic_step, iter(micro), self.critic, self.critic_optimizer,
+                                        self.critic_scheduler, *shape)  # fmt: skip
+                    out.update({f"critic/{k}": v for k, v in critic.items() if not k.startswith("critic/")})
+                    out.update({k: v for k, v in critic.items() if k.startswith("critic/")})
+                for key, value in out.items():
+                    metrics.setdefault(key if "/" in key else f"train/{key}", []).append(value)
+        return {key: sum(v) / len(v) for key, v in metrics.items()}
+
+    def save(self) -> None:
+        from vepo_mcore.training.checkpointing import save_checkpoint
+
+        ckpt = self.cfg.training.checkpoint
+        common = dict(data_state={"prompts": self.prompts.state_dict()}, config=self.cfg,
+                      tokenizer_dir=str(self.tokenizer.path), keep_last=ckpt.keep_last)  # fmt: skip
+        save_checkpoint(ckpt.save, self.iteration, self.model, self.optimizer, self.scheduler, **common)
+        if self.critic is not None:
+            save_checkpoint(Path(ckpt.save) / "critic", self.iteration, self.critic, self.critic_optimizer,
+                            self.critic_scheduler, **common)  # fmt: skip
+
+
+def train_rl(cfg: JobConfig) -> list[dict[str, float]]:
+    """Run RL to training.train_iters steps, logging and checkpointing; returns this call's metrics."""
+    from vepo_mcore.rl.curves import plot_curves
+    from vepo_mcore.training.logging import MetricsLogger
+
+    trainer = RLTrainer(cfg)
+    t = trainer.cfg.training
+    logger = MetricsLogger(trainer.cfg, trainer.iteration, is_writer=dist.get_rank() == 0,
+                           world_size=dist.get_world_size())  # fmt: skip
+    history = []
+    while trainer.iteration < t.train_iters:
+        metrics = trainer.step()
+        tokens = metrics.pop("rollout/tokens", 0.0)
+        history.append(
+            {"step": trainer.iteration, **logger.log(trainer.iteration, metrics, tokens=int(tokens))}
+        )
+        if (
+            t.checkpoint.save
+            and t.checkpoint.save_interval
+            and trainer.iteration % t.checkpoint.save_interval == 0
+        ):
+            trainer.save()
+            logger.reset_clock()
+    if t.checkpoint.save and (not history or not t.checkpoint.save_interval
+                              or trainer.iteration % t.checkpoint.save_interval):  # fmt: skip
+        trainer.save()
+    logger.close()
+    trainer.engine.shutdown()
+    if dist.get_rank() == 0 and t.checkpoint.save and history:
+        plot_curves(history, Path(t.checkpoint.save) / "rl_curves.png")
+    return history
+
+
+# -- helpers ------------------------------------------------------------------------------------
+MAX_SAMPLING_ROUNDS = 4
+"""Dynamic sampling: rounds of extra prompts before the batch is filled by repeating kept groups."""
+
+
+def _step_seed(cfg: JobConfig, iteration: int, round_: int, dp_rank: int) -> int:
+    """Sampling seed of one generate call: a function of the step, so a resumed run samples the same."""
+    return (cfg.training.seed * 1_000_003 + iteration * 101 + round_) * 64 + dp_rank
+
+
+def _with_rl_schedule(cfg: JobConfig) -> JobConfig:
+    """LR decay over all optimizer steps of the run (RL steps x epochs x mini-batches)."""
+    cfg = copy.deepcopy(cfg)
+    if cfg.training.scheduler.decay_iters is None:
+        steps = cfg.training.train_iters * cfg.rl.ppo_epochs * cfg.rl.mini_batches
+        cfg.training.scheduler = dataclasses.replace(cfg.training.scheduler, decay_iters=max(steps, 1))
+    return cfg
+
+
+def _check_batch_shape(cfg: JobConfig, dp: int) -> None:
+    rl = cfg.rl
+    if rl.prompts_per_step % dp:
+        raise ValueError(
+            f"rl.prompts_per_step ({rl.prompts_per_step}) must be divisible by the DP size ({dp})"
+        )
+    rows = rl.prompts_per_step // dp * rl.filtering.group_size
+    if rows % rl.mini_batches or (rows // rl.mini_batches) % cfg.training.micro_batch_size:
+        raise ValueError(
+            f"each DP rank trains on rl.prompts_per_step/DP * rl.filtering.group_size = {rows} responses per "
+            f"step; it must split into rl.mini_batches ({rl.mini_batches}) mini-batches of whole "
+            f"training.micro_batch_size ({cfg.training.micro_batch_size}) micro-batches"
+        )
+
+
+def _dp_group():
+    from megatron.core import parallel_state as ps
+
+    return ps.get_data_parallel_group()
+
+
+def _is_rows(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() > 0
+
+
+def _fill_by_repeating(samples: list[Sample], rows: int) -> list[Sample]:
+    """Dynamic sampling ran out of rounds: repeat whole kept groups (or, with none, keep what there is)."""
+    if not samples:
+        raise RuntimeError("dynamic sampling kept no group in any round: every group had a constant reward")
+    out, i = list(samples), 0
+    while len(out) < rows:
+        out.append(samples[i % len(samples)])
+        i += 1
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _reward_metrics(samples: list[Sample]) -> dict[str, float]:
+    """Means of every reward term and constraint pass rate over all K candidates."""
+    metrics = {"rollout/reward_mean": _mean([s.reward for s in samples])}
+    for name in samples[0].reward_terms:
+        metrics[f"reward/{name}"] = _mean([s.reward_terms.get(name, 0.0) for s in samples])
+    for name in samples[0].passed:
+        metrics[f"constraint/{name}"] = _mean([float(s.passed.get(name, False)) for s in samples])
+    metrics["constraint/overall"] = _mean([float(s.compliant) for s in samples])
+    return metrics
+
+
+def _experience_metrics(samples: list[Sample], exp: dict[str, Any]) -> dict[str, float]:
+    """Response lengths, training-vs-engine log-prob mismatch, advantage stats (kept samples)."""
+    mask = exp["mask"].bool()
+    lengths = exp["response_lengths"].float()
+    metrics = {
+        "rollout/len_mean": lengths.mean().item(),
+        "rollout/len_max": lengths.max().item(),
+        "rollout/truncated_frac": _mean([float(s.finish_reason == "length") for s in samples]),
+        "rollout/kept_reward_mean": exp["rewards"].mean().item(),
+        "rollout/entropy": exp["entropy"][mask].mean().item() if mask.any() else 0.0,
+        "rl/adv_mean": exp["advantages"][mask].mean().item() if mask.any() else 0.0,
+        "rl/adv_std": exp["advantages"][mask].std().item() if mask.sum() > 1 else 0.0,
+        "rollout/tokens": float(mask.sum().item() + sum(len(s.prompt_ids) for s in samples)),
+    }
+    engine_logp = [torch.tensor(s.rollout_logprobs) for s in samples if s.rollout_logprobs is not None]
+    if len(engine_logp) == len(samples):
+        ours = [exp["old_logp"][i][mask[i]] for i in range(len(samples))]
+        diffs = torch.cat([(a - b.float()).abs() for a, b in zip(ours, engine_logp)])
+        metrics["rollout/logprob_mismatch"] = diffs.mean().item() if diffs.numel() else 0.0
+    return metrics
