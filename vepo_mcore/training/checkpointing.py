@@ -1,0 +1,357 @@
+"""Training checkpoints: megatron.core dist_checkpointing (torch_dist), written atomically.
+
+On-disk layout (everything a resume or a conversion needs, nothing else):
+
+    <save>/latest_checkpointed_iteration.txt   "100": the newest *complete* checkpoint
+    <save>/iter_0000100/                        a dist_checkpointing torch_dist directory:
+        model.*            sharded tensors of GPTModel.sharded_state_dict() (keys like
+                           decoder.layers.0.self_attention.linear_qkv.weight, no 'module.')
+        optimizer.*        optimizer.sharded_state_dict(model_sd) (absent in weights-only checkpoints)
+        rng_state          ShardedObject per (PP rank, TP rank): python/numpy/torch/CUDA/tracker RNG
+        common.pt          iteration, consumed_samples, data_state, scheduler, parallel layout,
+                           config (as a dict), format_version, has_optimizer
+        config.yaml        the JobConfig of the run (rank 0)
+        tokenizer/         the tokenizer files of the run, when a tokenizer directory is given
+
+Atomicity: every rank writes into `iter_XXXXXXX.tmp`; after a barrier rank 0 adds the config
+and tokenizer, renames the directory to `iter_XXXXXXX` and only then replaces the `latest`
+file (write to a temp file, fsync, os.replace). A crash anywhere before that leaves `latest`
+on the previous complete checkpoint; a stale `.tmp` is removed by the next save.
+
+Resharding: model and optimizer go through dist_checkpointing, so a checkpoint loads into a
+different DP size and (model + plain optimizer) into a different TP/PP layout. RNG states are
+restored only when TP and PP match (they are per model-parallel rank).
+`save_checkpoint(..., optimizer=None)` writes a weights-only checkpoint (what HF conversion
+produces); loading one restores only the model (like `finetune=True`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from vepo_mcore.training.optimizer import unwrap
+
+LATEST_FILE = "latest_checkpointed_iteration.txt"
+FORMAT_VERSION = 1
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+)
+
+
+@dataclass
+class LoadedState:
+    """What a resume needs besides the model/optimizer/scheduler tensors loaded in place."""
+
+    iteration: int = 0
+    consumed_samples: int = 0
+    data_state: dict[str, Any] | None = None
+    path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def iteration_dir(save_dir: str | Path, iteration: int) -> Path:
+    return Path(save_dir) / f"iter_{iteration:07d}"
+
+
+def read_latest(checkpoint_dir: str | Path) -> int | None:
+    """Iteration named by <dir>/latest_checkpointed_iteration.txt, or None when there is none."""
+    path = Path(checkpoint_dir) / LATEST_FILE
+    if not path.is_file():
+        return None
+    text = path.read_text().strip()
+    if not text.isdigit():
+        raise ValueError(f"{path}: expected an iteration number, got {text!r}")
+    return int(text)
+
+
+def resolve_checkpoint(load: str | Path, iteration: int | None = None) -> Path | None:
+    """The checkpoint directory to load from `load`: a save dir (its `latest`, or `iteration`), or an
+    iteration directory itself (holding metadata.json). None when `load` holds no checkpoint yet."""
+    load = Path(load)
+    if (load / "metadata.json").is_file():
+        return load
+    it = iteration if iteration is not None else read_latest(load)
+    if it is None:
+        return None
+    path = iteration_dir(load, it)
+    if not (path / "metadata.json").is_file():
+        raise FileNotFoundError(f"{load}/{LATEST_FILE} names iteration {it} but {path} is not a checkpoint")
+    return path
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _parallel_layout() -> dict[str, int]:
+    from megatron.core import parallel_state as ps
+
+    return {
+        "tp": ps.get_tensor_model_parallel_world_size(),
+        "pp": ps.get_pipeline_model_parallel_world_size(),
+        "dp": ps.get_data_parallel_world_size(),
+    }
+
+
+def rng_state() -> dict[str, Any]:
+    """This rank's RNG states: python, numpy, torch CPU, CUDA (if any), megatron's RNG tracker."""
+    from megatron.core.tensor_parallel import get_cuda_rng_tracker
+
+    return {
+        "random": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
+        "tracker": get_cuda_rng_tracker().get_states(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    from megatron.core.tensor_parallel import get_cuda_rng_tracker
+
+    random.setstate(state["random"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    get_cuda_rng_tracker().set_states(state["tracker"])
+
+
+def _rng_sharded_object(value: Any):
+    from megatron.core import parallel_state as ps
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+
+    return ShardedObject(
+        "rng_state",
+        value,
+        (ps.get_pipeline_model_parallel_world_size(), ps.get_tensor_model_parallel_world_size()),
+        (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
+        replica_id=ps.get_data_parallel_rank(with_context_parallel=True),
+    )
+
+
+def _sharded_state(model, optimizer, is_loading: bool, optimizer_sharding: str) -> dict[str, Any]:
+    model_sd = unwrap(model).sharded_state_dict()
+    state: dict[str, Any] = {"model": model_sd}
+    if optimizer is not None:
+        metadata = {"distrib_optim_sharding_type": optimizer_sharding}
+        state["optimizer"] = optimizer.sharded_state_dict(model_sd, is_loading=is_loading, metadata=metadata)
+    return state
+
+
+def save_checkpoint(
+    save_dir: str | Path,
+    iteration: int,
+    model: torch.nn.Module,
+    optimizer=None,
+    scheduler=None,
+    *,
+    consumed_samples: int = 0,
+    data_state: dict[str, Any] | None = None,
+    config: Any = None,
+    tokenizer_dir: str | Path | None = None,
+    keep_last: int = 0,
+    optimizer_sharding: str = "dp_reshardable",
+) -> Path:
+    """Collective: write <save_dir>/iter_{iteration:07d} atomically and point `latest` at it.
+
+    Keeps the newest `keep_last` iteration directories (0 = all). Returns the checkpoint path.
+    `optimizer_sharding` (distributed optimizer only): 'dp_reshardable' = megatron's parallel
+    per-rank layout, loadable with another DP size; 'fully_reshardable' = gathered canonical
+    layout (costs a gather on DP rank 0), loadable with any TP/PP/DP.
+    """
+    from megatron.core import dist_checkpointing
+
+    from vepo_mcore.config.base import save_config, to_dict
+
+    save_dir = Path(save_dir)
+    final = iteration_dir(save_dir, iteration)
+    tmp = final.with_name(final.name + ".tmp")
+    if _rank() == 0:
+        if tmp.exists():
+            shutil.rmtree(tmp)  # left by a crashed save
+        tmp.mkdir(parents=True)
+    _barrier()
+
+    state = _sharded_state(model, optimizer, is_loading=False, optimizer_sharding=optimizer_sharding)
+    state["rng_state"] = _rng_sharded_object(rng_state())
+    state.update(
+        format_version=FORMAT_VERSION,
+        iteration=iteration,
+        consumed_samples=consumed_samples,
+        data_state=data_state,
+        scheduler=scheduler.state_dict() if scheduler is not None else None,
+        has_optimizer=optimizer is not None,
+        optimizer_sharding=optimizer_sharding,
+        parallel=_parallel_layout(),
+        config=to_dict(config) if config is not None else None,
+    )
+    dist_checkpointing.save(state, str(tmp))
+    _barrier()
+
+    if _rank() == 0:
+        if config is not None:
+            save_config(config, tmp / "config.yaml")
+        if tokenizer_dir is not None:
+            copy_tokenizer(tokenizer_dir, tmp / "tokenizer")
+        if final.exists():  # re-saving an iteration: the old copy goes only once the new one is whole
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _write_latest(save_dir, iteration)
+        if keep_last > 0:
+            _prune(save_dir, keep_last, keep=iteration)
+    _barrier()
+    return final
+
+
+def copy_tokenizer(src: str | Path, dst: str | Path) -> None:
+    """Copy the tokenizer files of `src` (those that exist) into `dst`."""
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise FileNotFoundError(f"tokenizer directory {src} does not exist")
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+
+
+def _write_latest(save_dir: Path, iteration: int) -> None:
+    tmp = save_dir / (LATEST_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(str(iteration))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, save_dir / LATEST_FILE)
+
+
+def _prune(save_dir: Path, keep_last: int, keep: int) -> None:
+    iterations = sorted(
+        int(p.name[5:]) for p in save_dir.glob("iter_*") if p.is_dir() and p.name[5:].isdigit()
+    )
+    for it in iterations[:-keep_last]:
+        if it != keep:
+            shutil.rmtree(iteration_dir(save_dir, it), ignore_errors=True)
+
+
+def _init_empty_adam_state(optimizer) -> None:
+    """Give every parameter of a fresh torch Adam zero moments *and* a step counter.
+
+    megatron.core 0.16's DistributedOptimizer.state_dict() (no apex/TE) needs a 'step' entry per
+    parameter, but its init_state_fn creates only the moments, so building the loading state dict
+    of a never-stepped optimizer fails. Loading overwrites all of these values.
+    """
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        torch_opt = getattr(inner, "optimizer", None)
+        if torch_opt is None:
+            continue
+        for group in torch_opt.param_groups:
+            for p in group["params"]:
+                if len(torch_opt.state[p]) == 0:
+                    torch_opt.state[p]["step"] = torch.tensor(0.0)
+                    torch_opt.state[p]["exp_avg"] = torch.zeros_like(p.data)
+                    torch_opt.state[p]["exp_avg_sq"] = torch.zeros_like(p.data)
+
+
+def _fix_adam_steps(optimizer) -> None:
+    """Give each parameter its own Adam step tensor, set from the checkpoint's param-group step.
+
+    megatron.core 0.16's DistributedOptimizer.load_state_dict (torch Adam, no apex/TE) puts one
+    shared step tensor into every parameter's state, and the dp_reshardable loader then
+    overwrites it with a wrong value: torch Adam's bias correction would be off after resume.
+    """
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        torch_opt = getattr(inner, "optimizer", None)
+        if torch_opt is None:
+            continue
+        for group in torch_opt.param_groups:
+            if group.get("step") is None:
+                continue
+            for p in group["params"]:
+                if "step" in torch_opt.state[p]:
+                    torch_opt.state[p]["step"] = torch.tensor(float(group["step"]))
+
+
+def _is_distributed(optimizer) -> bool:
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    inner = getattr(optimizer, "chained_optimizers", [optimizer])
+    return any(isinstance(o, DistributedOptimizer) for o in inner)
+
+
+def load_checkpoint(
+    load: str | Path,
+    model: torch.nn.Module,
+    optimizer=None,
+    scheduler=None,
+    *,
+    iteration: int | None = None,
+    finetune: bool = False,
+) -> LoadedState | None:
+    """Collective: load the checkpoint at `load` (save dir or iteration dir) into model/optimizer/scheduler.
+
+    `finetune=True`, or a weights-only checkpoint, loads only the model and starts at iteration 0.
+    Returns None when `load` is a save directory with no checkpoint yet.
+    """
+    from megatron.core import dist_checkpointing
+
+    path = resolve_checkpoint(load, iteration)
+    if path is None:
+        return None
+    common = dist_checkpointing.load_common_state_dict(str(path))
+    weights_only = finetune or not common.get("has_optimizer", False)
+    layout, saved_layout = _parallel_layout(), common.get("parallel") or {}
+    same_mp = saved_layout.get("tp") == layout["tp"] and saved_layout.get("pp") == layout["pp"]
+    sharding = common.get("optimizer_sharding", "dp_reshardable")
+    if not weights_only and not same_mp and sharding == "dp_reshardable" and _is_distributed(optimizer):
+        raise ValueError(
+            f"{path}: distributed-optimizer state saved as 'dp_reshardable' with TP={saved_layout.get('tp')} "
+            f"PP={saved_layout.get('pp')} cannot load into TP={layout['tp']} PP={layout['pp']}; save with "
+            "optimizer_sharding='fully_reshardable', or load weights only (training.checkpoint.finetune=true)"
+        )
+    if not weights_only and optimizer is not None:
+        _init_empty_adam_state(optimizer)
+    state = _sharded_state(model, None if weights_only else optimizer, True, sharding)
+    if not weights_only and same_mp:
+        state["rng_state"] = _rng_sharded_object(None)
+    loaded = dist_checkpointing.load(state, str(path))
+
+    unwrap(model).load_state_dict(loaded["model"])
+    if weights_only:
+        if optimizer is not None:
+            optimizer.reload_model_params()  # fp32 master copies (bf16 runs) follow the new weights
+        return LoadedState(path=str(path))
+    if optimizer is not None:
+        with torch.no_grad():  # fp32 runs: the distributed optimizer's main params are views of the weights
+            optimizer.load_state_dict(loaded["optimizer"])
+        _fix_adam_steps(optimizer)
+    if scheduler is not None and common.get("scheduler") is not None:
+        scheduler.load_state_dict(common["scheduler"])
+    if "rng_state" in loaded:
+        set_rng_state(loaded["rng_state"])
+    return LoadedState(
+        iteration=int(common["iteration"]),
+        consumed_samples=int(common.get("consumed_samples", 0)),
+        data_state=common.get("data_state"),
+        path=str(path),
+        extra={"parallel": saved_layout},
+    )

@@ -1,0 +1,193 @@
+"""The training loop shared by CPT, SFT and RL: one optimizer step = megatron's forward-backward
+schedule over the micro-batches of a global batch, then clip + step + LR schedule.
+
+    history = pretrain(cfg, train_dataset)        # whole run: build, resume, loop, checkpoint, log
+
+`train_step(...)` is the reusable piece (the RL trainer passes its own forward_step / loss).
+A dataset is map-style (len + getitem -> dict of [s] tensors, e.g. megatron.core's GPTDataset
+or BlendedDataset); which samples a DP rank reads is fixed by the global data position
+(training/sampler.py), so resume is exact and may change the DP size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+
+from vepo_mcore.config.job import JobConfig
+from vepo_mcore.training.forward import forward_step as lm_forward_step
+
+
+def train_step(
+    forward_step_func: Callable,
+    data_iterator: Iterator[dict],
+    model: torch.nn.Module,
+    optimizer,
+    scheduler,
+    num_microbatches: int,
+    seq_length: int,
+    micro_batch_size: int,
+) -> dict[str, float]:
+    """One optimizer step over `num_microbatches` micro-batches of this rank (any PP size).
+
+    Returns the reported metrics on every rank: each loss_func entry reduced over micro-batches
+    and DP ranks ([sum, count] pairs as sum/count, scalars as a mean), plus grad_norm, lr, skipped.
+    """
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    model.zero_grad_buffer()
+    optimizer.zero_grad()
+    reports = get_forward_backward_func()(
+        forward_step_func=forward_step_func,
+        data_iterator=data_iterator,
+        model=[model],
+        num_microbatches=num_microbatches,
+        seq_length=seq_length,
+        micro_batch_size=micro_batch_size,
+        forward_only=False,
+    )
+    lr = optimizer.param_groups[0]["lr"]  # the rate this step uses (the scheduler moves it after)
+    ok, grad_norm, _ = optimizer.step()
+    if ok:
+        scheduler.step(increment=1)
+    metrics = reduce_reports(reports)
+    metrics["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
+    metrics["lr"] = lr
+    metrics["skipped"] = float(not ok)
+    return metrics
+
+
+def reduce_reports(reports: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Per-micro-batch loss_func reports (last PP stage) -> metrics on every rank of the step.
+
+    A 2-element tensor is a [sum, count] pair (exact token averages); anything else is averaged.
+    """
+    from megatron.core import parallel_state as ps
+
+    metrics: dict[str, float] = {}
+    if ps.is_pipeline_last_stage(ignore_virtual=True) and reports:
+        for key in sorted(reports[0]):
+            values = torch.stack([r[key].float().reshape(-1) for r in reports])
+            if values.shape[1] == 2:
+                total = values.sum(0)
+            else:
+                total = torch.stack([values.mean(), torch.tensor(1.0, device=values.device)])
+            dist.all_reduce(total, group=ps.get_data_parallel_group(with_context_parallel=True))
+            metrics[key] = (total[0] / total[1].clamp(min=1)).item()
+    if ps.get_pipeline_model_parallel_world_size() > 1:
+        box = [metrics]
+        dist.broadcast_object_list(
+            box, src=ps.get_pipeline_model_parallel_last_rank(), group=ps.get_pipeline_model_parallel_group()
+        )
+        metrics = box[0]
+    return metrics
+
+
+def evaluate(
+    forward_step_func: Callable, data_iterator: Iterator[dict], model, num_microbatches: int, cfg: JobConfig
+) -> dict[str, float]:
+    """Forward-only pass over `num_microbatches` micro-batches; token-averaged metrics."""
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    model.eval()
+    with torch.no_grad():
+        reports = get_forward_backward_func()(
+            forward_step_func=forward_step_func,
+            data_iterator=data_iterator,
+            model=[model],
+            num_microbatches=num_microbatches,
+            seq_length=cfg.training.seq_length,
+            micro_batch_size=cfg.training.micro_batch_size,
+            forward_only=True,
+        )
+    model.train()
+    return reduce_reports(reports)
+
+
+def num_microbatches(cfg: JobConfig, data_parallel_size: int) -> int:
+    """Gradient-accumulation steps: global batch / (micro batch * DP)."""
+    cfg.training.validate(data_parallel_size)
+    return cfg.training.global_batch_size // (cfg.training.micro_batch_size * data_parallel_size)
+
+
+def pretrain(
+    cfg: JobConfig,
+    train_dataset: Sequence[dict] | None = None,
+    valid_dataset: Sequence[dict] | None = None,
+    forward_step_func: Callable = lm_forward_step,
+    tokenizer_dir: str | None = None,
+) -> list[dict[str, float]]:
+    """Build the model, resume if a checkpoint exists, train to training.train_iters, checkpoint.
+
+    Datasets default to the ones the config describes (data.mode cpt/sft). Returns the per-step
+    metrics of the steps run in this call (on every rank).
+    """
+    from megatron.core import parallel_state as ps
+
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.training.checkpointing import load_checkpoint, save_checkpoint
+    from vepo_mcore.training.logging import MetricsLogger
+    from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, wrap_model
+    from vepo_mcore.training.sampler import micro_batches
+
+    t, ckpt = cfg.training, cfg.training.checkpoint
+    init_model_parallel(cfg.parallel, seed=t.seed)
+    cfg.validate(dist.get_world_size())
+    if train_dataset is None:
+        train_dataset, valid_dataset, tokenizer_dir = default_datasets(cfg)
+    dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
+    n_micro = num_microbatches(cfg, dp_size)
+
+    model = wrap_model(build_model(cfg), cfg)
+    optimizer = build_optimizer(model, cfg)
+    scheduler = build_scheduler(optimizer, cfg)
+    iteration, consumed = 0, 0
+    load_dir = ckpt.load or ckpt.save
+    if load_dir:
+        state = load_checkpoint(load_dir, model, optimizer, scheduler, finetune=ckpt.finetune)
+        if state is None and ckpt.load:
+            raise FileNotFoundError(f"training.checkpoint.load={ckpt.load} holds no checkpoint")
+        if state is not None:
+            iteration, consumed = state.iteration, state.consumed_samples
+
+    def save(it: int) -> None:
+        save_checkpoint(
+            ckpt.save, it, model, optimizer, scheduler, consumed_samples=consumed,
+            config=cfg, tokenizer_dir=tokenizer_dir, keep_last=ckpt.keep_last,
+        )  # fmt: skip
+
+    logger = MetricsLogger(cfg, iteration, is_writer=dist.get_rank() == 0, world_size=dist.get_world_size())
+    data = micro_batches(train_dataset, consumed, t.micro_batch_size, dp_rank, dp_size)
+    tokens_per_step = t.global_batch_size * t.seq_length
+    history, last_saved, last_logged = [], iteration, iteration
+    while iteration < t.train_iters:
+        metrics = train_step(
+            forward_step_func, data, model, optimizer, scheduler, n_micro, t.seq_length, t.micro_batch_size
+        )
+        iteration, consumed = iteration + 1, consumed + t.global_batch_size
+        row = {f"train/{k}": v for k, v in metrics.items()}
+        history.append({"step": iteration, **row})
+        if iteration % t.logging.log_interval == 0 or iteration == t.train_iters:
+            steps, last_logged = iteration - last_logged, iteration
+            logger.log(iteration, row, tokens=tokens_per_step * steps, steps=steps)
+        if t.eval_interval and valid_dataset is not None and iteration % t.eval_interval == 0:
+            valid = micro_batches(valid_dataset, 0, t.micro_batch_size, dp_rank, dp_size)
+            result = evaluate(forward_step_func, valid, model, t.eval_iters * n_micro, cfg)
+            logger.log(iteration, {f"valid/{k}": v for k, v in result.items()}, tokens=None)
+            logger.reset_clock()
+        if ckpt.save and ckpt.save_interval and iteration % ckpt.save_interval == 0:
+            save(iteration)
+            last_saved = iteration
+            logger.reset_clock()  # tokens/s measures training, not checkpoint writes
+    if ckpt.save and last_saved != iteration:
+        save(iteration)
+    logger.close()
+    return history
+
+
+def default_datasets(cfg: JobConfig) -> tuple[Sequence[dict], Sequence[dict] | None, str | None]:
+    """(train, valid, tokenizer_dir) as the config's data section describes them."""
+    raise NotImplementedError("dataset building from the config is wired in once vepo_mcore.data lands")

@@ -1,0 +1,125 @@
+"""Model wrapping, optimizer and LR schedule: megatron.core DDP, get_megatron_optimizer, OptimizerParamScheduler.
+
+    model = wrap_model(build_model(cfg), cfg)        # DDP with a contiguous grad buffer
+    optimizer = build_optimizer(model, cfg)         # Adam(W), clipping, optional ZeRO-1
+    scheduler = build_scheduler(optimizer, cfg)     # linear warmup then cosine/linear/constant
+
+Loss normalisation: the model config gets `calculate_per_token_loss=True`, so DDP sums (not
+averages) gradients over DP ranks and megatron's finalize_model_grads divides them by the
+token count of the whole global batch. A loss_func returning (loss_sum, num_tokens, ...) then
+gives the exact token average whatever the micro-batch split and DP size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from vepo_mcore.config.job import JobConfig
+from vepo_mcore.parallel.device import has_cuda
+
+
+def wrap_model(model: torch.nn.Module, cfg: JobConfig):
+    """Wrap this rank's GPTModel stage in megatron.core DistributedDataParallel and wire the
+    model config for the schedules (grad finalisation, per-token loss scaling)."""
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
+
+    config = model.config
+    config.calculate_per_token_loss = True
+    config.finalize_model_grads_func = finalize_model_grads
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True,
+        overlap_grad_reduce=False,
+        use_distributed_optimizer=cfg.training.optimizer.use_distributed_optimizer,
+        # Grads are summed over DP here and divided by the global token count in finalize_model_grads.
+        average_in_collective=False,
+    )
+    wrapped = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+    config.no_sync_func = wrapped.no_sync
+    return wrapped
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The GPTModel inside DDP (checkpoints use its parameter names, without a 'module.' prefix)."""
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+def build_optimizer(model: torch.nn.Module, cfg: JobConfig):
+    """megatron.core Adam with decoupled weight decay (none on norms and biases), global-norm clipping,
+    fp32 master weights under bf16, and ZeRO-1 sharding when use_distributed_optimizer is set."""
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    o = cfg.training.optimizer
+    config = OptimizerConfig(
+        optimizer="adam",
+        lr=o.lr,
+        min_lr=o.min_lr,
+        weight_decay=o.weight_decay,
+        adam_beta1=o.adam_beta1,
+        adam_beta2=o.adam_beta2,
+        adam_eps=o.adam_eps,
+        clip_grad=o.clip_grad,
+        bf16=cfg.training.bf16,
+        params_dtype=torch.bfloat16 if cfg.training.bf16 else torch.float32,
+        use_distributed_optimizer=o.use_distributed_optimizer,
+    )
+    with _cpu_params_pass_cuda_type_checks():
+        return get_megatron_optimizer(config, [model])
+
+
+@contextlib.contextmanager
+def _cpu_params_pass_cuda_type_checks():
+    """On CPU, make `tensor.type()` say torch.cuda.* while megatron builds the optimizer.
+
+    megatron.core 0.16's DistributedOptimizer and bf16 optimizer accept parameters only when
+    `param.type()` is 'torch.cuda.{Float,BFloat16,Half}Tensor'; the math is device-agnostic.
+    Scoped to the constructor, and a no-op with CUDA.
+    """
+    if has_cuda():
+        yield
+        return
+    original = torch.Tensor.type
+
+    def cuda_type(self, dtype=None, non_blocking=False, **kwargs):
+        if dtype is None and self.device.type == "cpu":
+            name = original(self)  # may already pass through this patch via a torch-function mode
+            return name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
+        return original(self, dtype, non_blocking, **kwargs)
+
+    torch.Tensor.type = cuda_type
+    try:
+        yield
+    finally:
+        torch.Tensor.type = original
+
+
+def build_scheduler(optimizer, cfg: JobConfig):
+    """Linear warmup 0 -> lr over warmup_iters, then decay to min_lr over decay_iters (default train_iters)."""
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    t, s = cfg.training, cfg.training.scheduler
+    decay_iters = s.decay_iters if s.decay_iters is not None else t.train_iters
+    decay_iters = max(decay_iters, s.warmup_iters + 1)  # megatron requires warmup < decay
+    return OptimizerParamScheduler(
+        optimizer,
+        init_lr=0.0,
+        max_lr=t.optimizer.lr,
+        min_lr=t.optimizer.min_lr,
+        lr_warmup_steps=s.warmup_iters,
+        lr_decay_steps=decay_iters,
+        lr_decay_style=s.decay_style,
+        start_wd=t.optimizer.weight_decay,
+        end_wd=t.optimizer.weight_decay,
+        wd_incr_steps=decay_iters,
+        wd_incr_style="constant",
+        # Resume restores the schedule from the checkpoint; the config must agree with it.
+        use_checkpoint_opt_param_scheduler=True,
+        override_opt_param_scheduler=False,
+    )
