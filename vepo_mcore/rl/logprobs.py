@@ -58,14 +58,18 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _shifted_logits(chunk: torch.Tensor, valid: int, temperature: float, row_max: torch.Tensor | None, dtype):
-    """(chunk[:, :valid] / tau - row_max) as a fresh `dtype` tensor (never aliases the input)."""
-    z = chunk[:, :valid].to(dtype=dtype, copy=True)
+def _load_tempered(buf: torch.Tensor, chunk: torch.Tensor, valid: int, temperature: float) -> torch.Tensor:
+    """buf[:c] <- chunk[:, :valid] / tau, in the buffer's dtype (never aliases the caller's logits)."""
+    z = buf[: chunk.shape[0]]
+    z.copy_(chunk[:, :valid])
     if temperature != 1.0:
         z.div_(temperature)
-    if row_max is not None:
-        z.sub_(row_max.unsqueeze(-1))
     return z
+
+
+def _row_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """sum_j a_ij * b_ij per row, without a [c, V] temporary (a batched 1 x V by V x 1 product)."""
+    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2)).view(-1)
 
 
 def _all_reduce(t: torch.Tensor, op, group: Any, world: int) -> torch.Tensor:
@@ -91,21 +95,26 @@ class _FusedLogprobEntropy(torch.autograd.Function):
         local_targets = targets - vocab_start
         in_shard = (local_targets >= 0) & (local_targets < valid)
         safe_targets = torch.where(in_shard, local_targets, torch.zeros_like(local_targets))
+        # two chunk-sized work buffers, reused: fresh large allocations cost page faults on CPU
+        rows = min(chunk_size, n)
+        z_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
+        e_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
 
         for start in range(0, n, chunk_size):
             sl = slice(start, min(n, start + chunk_size))
-            z = _shifted_logits(logits[sl], valid, temperature, None, cdt)  # [c, valid]
+            c = sl.stop - sl.start
+            z = _load_tempered(z_buf, logits[sl], valid, temperature)  # [c, valid]
             if valid > 0:
                 m = z.amax(dim=-1)
             else:  # a rank holding only padding columns
-                m = torch.full((z.shape[0],), -math.inf, dtype=cdt, device=dev)
+                m = torch.full((c,), -math.inf, dtype=cdt, device=dev)
             m = _all_reduce(m, dist.ReduceOp.MAX, group, world)
             z.sub_(m.unsqueeze(-1))
-            e = torch.exp(z)
-            sums = torch.zeros(3, z.shape[0], dtype=cdt, device=dev)
+            e = torch.exp(z, out=e_buf[:c])
+            sums = torch.zeros(3, c, dtype=cdt, device=dev)
             if valid > 0:
                 sums[0] = e.sum(dim=-1)
-                sums[1] = torch.linalg.vecdot(e, z)  # sum_j e_j * z_j without a [c, V] temporary
+                sums[1] = _row_dot(e, z)
                 picked = z.gather(1, safe_targets[sl].unsqueeze(-1)).squeeze(-1)
                 sums[2] = torch.where(in_shard[sl], picked, torch.zeros_like(picked))
             sums = _all_reduce(sums, dist.ReduceOp.SUM, group, world)
@@ -120,7 +129,7 @@ class _FusedLogprobEntropy(torch.autograd.Function):
                     z, e, s, ls, vocab_size, topk_frac, logits.shape[1], group, world
                 )
                 top_thr[sl], top_mass[sl], entropy[sl] = thr, mass, ent
-            del z, e
+        del z_buf, e_buf
 
         ctx.save_for_backward(logits, safe_targets, in_shard, row_max, log_sum, entropy, top_thr, top_mass)
         ctx.cfg = (temperature, chunk_size, valid)
@@ -131,40 +140,40 @@ class _FusedLogprobEntropy(torch.autograd.Function):
         logits, safe_targets, in_shard, row_max, log_sum, entropy, top_thr, top_mass = ctx.saved_tensors
         temperature, chunk_size, valid = ctx.cfg
         cdt = _compute_dtype(logits.dtype)
-        n = logits.shape[0]
-        grad_logp = (
-            torch.zeros(n, dtype=cdt, device=logits.device) if grad_logp is None else grad_logp.to(cdt)
-        )
-        grad_entropy = (
-            torch.zeros(n, dtype=cdt, device=logits.device) if grad_entropy is None else grad_entropy.to(cdt)
-        )
-        grad = torch.zeros_like(logits)
+        n, dev = logits.shape[0], logits.device
+        grad_logp = torch.zeros(n, dtype=cdt, device=dev) if grad_logp is None else grad_logp.to(cdt)
+        grad_entropy = torch.zeros(n, dtype=cdt, device=dev) if grad_entropy is None else grad_entropy.to(cdt)
+        grad = torch.empty_like(logits)
+        grad[:, valid:] = 0  # padding columns
+        nones = (None,) * 9
         if valid == 0:
-            return grad, None, None, None, None, None, None, None, None, None
+            return (grad, *nones)
+        target_grad = torch.where(in_shard, grad_logp, torch.zeros_like(grad_logp))
+        rows = min(chunk_size, n)
+        z_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
+        p_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
         for start in range(0, n, chunk_size):
             sl = slice(start, min(n, start + chunk_size))
-            zs = _shifted_logits(logits[sl], valid, temperature, row_max[sl], cdt)
-            # selection compared in the same shifted space, bit-identical to forward's
+            c = sl.stop - sl.start
+            zs = _load_tempered(z_buf, logits[sl], valid, temperature).sub_(row_max[sl].unsqueeze(-1))
+            # the top-k set is decided in the same shifted space, bit-identical to forward's
             selected = zs >= top_thr[sl].unsqueeze(-1) if top_thr is not None else None
             logp_all = zs.sub_(log_sum[sl].unsqueeze(-1))  # log p_j, in place
-            p = torch.exp(logp_all)
+            p = torch.exp(logp_all, out=p_buf[:c])
             g_lp, g_h = grad_logp[sl].unsqueeze(-1), grad_entropy[sl].unsqueeze(-1)
             if top_thr is None:
                 # -p * (g_lp + g_h * (log p + H))
                 g = p.mul_(logp_all.add_(entropy[sl].unsqueeze(-1)).mul_(g_h).add_(g_lp)).neg_()
             else:
-                inner = logp_all.add_(1.0).mul_(selected).mul_(g_h)  # 1[S] g_h (log p + 1)
+                # p * (g_h (P_S - H_k) - g_lp) - 1[S] g_h p (log p + 1)
+                inner = logp_all.add_(1.0).mul_(selected).mul_(g_h)
                 coef = g_h * (top_mass[sl] - entropy[sl]).unsqueeze(-1) - g_lp
-                g = p.mul_(coef.sub(inner))
-            rows = torch.arange(g.shape[0], device=g.device)
-            g[rows, safe_targets[sl]] += torch.where(
-                in_shard[sl], grad_logp[sl], torch.zeros_like(grad_logp[sl])
-            )
+                g = p.mul_(inner.neg_().add_(coef))
+            g[torch.arange(c, device=dev), safe_targets[sl]] += target_grad[sl]
             if temperature != 1.0:
                 g.div_(temperature)
             grad[sl, :valid] = g
-            del zs, p, g
-        return grad, None, None, None, None, None, None, None, None, None
+        return (grad, *nones)
 
 
 def _topk_entropy(z, e, s, log_s, vocab_size, frac, shard, group, world):
@@ -191,7 +200,7 @@ def _topk_entropy(z, e, s, log_s, vocab_size, frac, shard, group, world):
         sel = z >= thr.unsqueeze(-1)
         e_sel = e * sel
         sums[0] = e_sel.sum(dim=-1)
-        sums[1] = torch.linalg.vecdot(e_sel, z)
+        sums[1] = _row_dot(e_sel, z)
         del sel, e_sel
     sums = _all_reduce(sums, dist.ReduceOp.SUM, group, world)
     mass = sums[0] / s
