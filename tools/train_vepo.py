@@ -19,10 +19,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--config", required=True, help="YAML config (see examples/configs/)")
     parser.add_argument("--dry-run", action="store_true", help="parse and validate the config, then exit")
+    parser.add_argument("--world-size", type=int, default=None, help="--dry-run: also check this many ranks")
     args, overrides = parser.parse_known_args(argv)
     cfg = load_config(JobConfig, args.config, overrides)
     if args.dry_run:
         import yaml
+
+        from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
+
+        if args.world_size:
+            cfg = rl_job_config(cfg)
+            check_batch_shape(cfg, cfg.parallel.data_parallel_size(args.world_size))
+            cfg.validate(args.world_size)
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         print(f"config OK: {args.config}", file=sys.stderr)

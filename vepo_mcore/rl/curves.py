@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 PANELS = (
-    ("rollout/reward_mean", "reward (normalised)"),
+    ("reward/mt", "R_mt: chrF++ / 100"),
     ("reward/total", "reward (raw total)"),
     ("rollout/entropy", "entropy"),
     ("rollout/len_mean", "response length (tokens)"),

@@ -45,11 +45,11 @@ class RLTrainer:
         from vepo_mcore.training.checkpointing import load_checkpoint
         from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, unwrap, wrap_model
 
-        self.cfg = cfg = _with_rl_schedule(cfg)
+        self.cfg = cfg = rl_job_config(cfg)
         init_model_parallel(cfg.parallel, seed=cfg.training.seed)
-        cfg.validate(dist.get_world_size())
         self.dp_rank, self.dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
-        _check_batch_shape(cfg, self.dp_size)
+        check_batch_shape(cfg, self.dp_size)
+        cfg.validate(dist.get_world_size())
         self.tokenizer = load_tokenizer(cfg.tokenizer.path)
         if len(self.tokenizer) > cfg.model.vocab_size:
             raise ValueError(
@@ -254,16 +254,21 @@ def _step_seed(cfg: JobConfig, iteration: int, round_: int, dp_rank: int) -> int
     return (cfg.training.seed * 1_000_003 + iteration * 101 + round_) * 64 + dp_rank
 
 
-def _with_rl_schedule(cfg: JobConfig) -> JobConfig:
-    """LR decay over all optimizer steps of the run (RL steps x epochs x mini-batches)."""
+def rl_job_config(cfg: JobConfig) -> JobConfig:
+    """The config as the RL loop runs it: training.global_batch_size = responses per optimizer step
+    (prompts_per_step * group_size / mini_batches), LR decay over all optimizer steps of the run
+    (RL steps x epochs x mini-batches) unless set."""
     cfg = copy.deepcopy(cfg)
+    rl = cfg.rl
+    cfg.training.global_batch_size = max(rl.prompts_per_step * rl.filtering.group_size // rl.mini_batches, 1)
     if cfg.training.scheduler.decay_iters is None:
         steps = cfg.training.train_iters * cfg.rl.ppo_epochs * cfg.rl.mini_batches
         cfg.training.scheduler = dataclasses.replace(cfg.training.scheduler, decay_iters=max(steps, 1))
     return cfg
 
 
-def _check_batch_shape(cfg: JobConfig, dp: int) -> None:
+def check_batch_shape(cfg: JobConfig, dp: int) -> None:
+    """Each DP rank's responses must split into whole mini- and micro-batches (fixed PP shapes)."""
     rl = cfg.rl
     if rl.prompts_per_step % dp:
         raise ValueError(
