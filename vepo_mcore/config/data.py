@@ -17,7 +17,8 @@ class SFTPhaseConfig:
     weights: dict[str, float] = field(default_factory=dict)
     """Source name -> sampling weight (missing = equal)."""
     num_samples: int = 0
-    """Samples drawn in this phase (0 = one pass over the sources)."""
+    """Conversations drawn in this phase by weight, sources cycled as needed (0 = every
+    conversation of every source once, weights ignored). Packing turns them into fewer sequences."""
 
 
 @dataclass(kw_only=True)
