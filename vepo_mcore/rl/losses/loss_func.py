@@ -1,0 +1,81 @@
+"""The RL loss inside megatron.core's schedules contract (forward_step / loss_func), any TP/PP.
+
+    forward_step = partial(rl_forward_step, cfg=rl.loss, kl=rl.kl, vocab_size=cfg.model.vocab_size)
+    get_forward_backward_func()(forward_step_func=forward_step, ...)
+
+A micro-batch is a dict of [b, s] tensors: `tokens`, `labels` (next tokens), `loss_mask`
+(1 on response tokens), optional `position_ids` / `attention_mask`, plus any RLBatch field by
+name, aligned with `labels`: `old_logp`, `ref_logp` ([b, s]); `rewards`, `group_ids`,
+`response_lengths` ([b]); `advantages`, `old_values`, `returns` ([b, s]); scalars
+`global_num_tokens`, `max_response_length`.
+
+Logits stay vocab-parallel ([b, s, V_pad / TP]) until rl.logprobs turns them into the log-prob
+and entropy of each label. `loss_func` returns megatron's 3-tuple (loss, num_tokens, metrics),
+made for `calculate_per_token_loss=True` (megatron then divides gradients by the token count of
+the whole global batch, across micro-batches and DP ranks):
+- loss_agg 'global_tokens': (sum over response tokens, response tokens here) -> exactly the
+  global-token normalisation, independent of the micro-batch split;
+- 'tokens' / 'seq_mean': (micro-batch loss, 1) -> the mean of the micro-batch losses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from functools import partial
+
+import torch
+
+from vepo_mcore.config.rl import KLConfig, LossConfig
+from vepo_mcore.rl.batch import RLBatch
+from vepo_mcore.rl.logprobs import logprobs_and_entropy
+from vepo_mcore.rl.losses.registry import compute_loss
+
+_RL_FIELDS = {f.name for f in dataclasses.fields(RLBatch)} - {
+    "logp",
+    "entropy",
+    "mask",
+    "values",
+    "std_group",
+}
+
+
+def rl_loss_func(
+    micro: dict, cfg: LossConfig, kl: KLConfig | None, vocab_size: int, logits: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """Vocab-parallel logits [b, s, V_pad / TP] of the last pipeline stage -> (loss, num_tokens, metrics)."""
+    # 'scaled' ratios (appendix) take untempered log-probs and divide their difference by tau
+    tau = cfg.temperature if cfg.ratio_mode == "tempered" else 1.0
+    logp, entropy = logprobs_and_entropy(
+        logits, micro["labels"], tau, cfg.logprob_chunk_size, vocab_size, topk_frac=cfg.entropy_topk_frac
+    )
+    mask = micro["loss_mask"].bool()
+    extra = {k: v for k, v in micro.items() if k in _RL_FIELDS}
+    per_token = cfg.loss_agg == "global_tokens"
+    if per_token:
+        extra["global_num_tokens"] = 1.0  # megatron divides by the global token count itself
+    batch = RLBatch(logp=logp, entropy=entropy, mask=mask, **extra)
+    loss, metrics = compute_loss(batch, cfg, kl)
+    num_tokens = (
+        mask.sum().to(torch.int) if per_token else torch.tensor(1, dtype=torch.int, device=loss.device)
+    )
+    metrics["loss"] = torch.stack([loss.detach().float(), num_tokens.float()])
+    return loss, num_tokens, metrics
+
+
+def rl_forward_step(
+    data_iterator: Iterator[dict],
+    model: torch.nn.Module,
+    *,
+    cfg: LossConfig,
+    kl: KLConfig | None,
+    vocab_size: int,
+) -> tuple[torch.Tensor, Callable]:
+    """Next micro-batch -> (logits on the last stage / hidden states elsewhere, loss_func)."""
+    micro = next(data_iterator)
+    tokens = micro["tokens"]
+    positions = micro.get("position_ids")
+    if positions is None:
+        positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0).expand_as(tokens)
+    output = model(tokens, positions, micro.get("attention_mask"))
+    return output, partial(rl_loss_func, micro, cfg, kl, vocab_size)
