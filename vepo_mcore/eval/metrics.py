@@ -114,14 +114,43 @@ class MetricResult:
         return f"{self.score:.{width}f}"
 
 
-def sentence_stats(metric: Metric, hyps: Sequence[str], refs: Sequence[str]) -> list[list[int]]:
+def sentence_stats(metric: Metric, hyps: Sequence[str], refs: Sequence[str] | None) -> list[list[int]]:
     """Sufficient statistics per sentence (n_sentences lists of n_stats ints), as sacrebleu extracts them.
 
-    `metric._aggregate_and_compute(stats)` of this list is exactly `metric.corpus_score(...)`.
+    `refs=None` uses the references cached in the metric (see `metric_with_references`).
+    `metric._aggregate_and_compute(stats)` of the result is exactly `metric.corpus_score(...)`.
     """
+    if refs is None:
+        n_refs = len(metric._ref_cache) if metric._ref_cache is not None else 0
+        if len(hyps) != n_refs:
+            raise ValueError(f"{len(hyps)} hypotheses but {n_refs} cached references")
+        return metric._extract_corpus_statistics(clean_lines(hyps), None)
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
     return metric._extract_corpus_statistics(clean_lines(hyps), [clean_lines(refs)])
+
+
+_REF_CACHE: dict[tuple, Metric] = {}
+
+
+def metric_with_references(
+    name: str, tgt: str, refs: Sequence[str], spm_model: str | Path | None = None
+) -> Metric:
+    """A metric with `refs` pre-processed once (n-grams of every reference), reused across calls.
+
+    Every target language's references serve 9 directions; preprocessing them is ~40% of a
+    metric's cost. The cache keeps one target language at a time (callers group work by target)
+    so memory stays bounded.
+    """
+    cleaned = tuple(clean_lines(refs))
+    key = (name, tgt, str(spm_model), hash(cleaned), len(cleaned))
+    if key not in _REF_CACHE:
+        if any(k[1] != tgt for k in _REF_CACHE):
+            _REF_CACHE.clear()
+        metric = build_metric(name, tgt, spm_model)
+        metric._ref_cache = metric._cache_references([list(cleaned)])
+        _REF_CACHE[key] = metric
+    return _REF_CACHE[key]
 
 
 def aggregate_score(metric: Metric, stats: list[list[int]]) -> float:

@@ -14,6 +14,7 @@ the paired bootstrap against a baseline system when one is given, and writes int
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -30,8 +31,8 @@ from vepo_mcore.eval.directions import Direction, group_members, parse_direction
 from vepo_mcore.eval.metrics import (
     DEFAULT_METRICS,
     aggregate_score,
-    build_metric,
     clean_lines,
+    metric_with_references,
     score_from_stats,
     sentence_stats,
 )
@@ -111,12 +112,12 @@ def score_direction(task: DirectionTask) -> DirectionResult:
         else None
     )
     for name in task.metrics:
-        metric = build_metric(name, task.direction.tgt, task.spm_model)
-        stats = sentence_stats(metric, task.hypotheses, refs)
+        metric = metric_with_references(name, task.direction.tgt, refs, task.spm_model)
+        stats = sentence_stats(metric, task.hypotheses, None)
         result.scores[name] = aggregate_score(metric, stats)
         result.signatures[name] = str(metric.get_signature())
         if indices is not None:
-            base_stats = sentence_stats(metric, task.baseline, refs)
+            base_stats = sentence_stats(metric, task.baseline, None)
             result.baseline_scores[name] = aggregate_score(metric, base_stats)
             score_fn = lambda summed, metric=metric: score_from_stats(metric, summed)  # noqa: E731
             result.resamples[name] = bs.resample_scores(np.asarray(stats, np.float64), indices, score_fn)
@@ -139,12 +140,26 @@ def score_all(
 ) -> list[DirectionResult]:
     """score_direction over every task, in `workers` processes (0 = all cores, 1 = serial)."""
     workers = workers or os.cpu_count() or 1
+    # score targets together so each process preprocesses a target's references once
+    order = sorted(range(len(tasks)), key=lambda i: (tasks[i].direction.tgt, i))
+    ordered = [tasks[i] for i in order]
     if workers == 1 or len(tasks) == 1:
-        return [score_direction(t) for t in _progress(tasks, len(tasks), progress, "metrics")]
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-        # map keeps task order; chunks of ~4 directions amortise pickling
-        results = pool.map(score_direction, tasks, chunksize=max(1, len(tasks) // (4 * workers)))
-        return list(_progress(results, len(tasks), progress, f"metrics ({workers} procs)"))
+        scored = [score_direction(t) for t in _progress(ordered, len(tasks), progress, "metrics")]
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+            chunk = max(1, math.ceil(len(tasks) / (2 * workers)))
+            scored = list(
+                _progress(
+                    pool.map(score_direction, ordered, chunksize=chunk),
+                    len(tasks),
+                    progress,
+                    f"metrics ({workers} procs)",
+                )
+            )
+    results: list[DirectionResult | None] = [None] * len(tasks)
+    for i, result in zip(order, scored):
+        results[i] = result
+    return results
 
 
 def _load_direction(job: EvalJob, direction: Direction) -> tuple[list[str], list[str]]:

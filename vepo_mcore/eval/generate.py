@@ -1,0 +1,76 @@
+"""Translate FLORES with a trained checkpoint through a rollout engine, writing hypothesis files
+that `tools/evaluate.py --hyp-dir` scores.
+
+    translate_checkpoint("runs/quickstart/sft", "runs/quickstart/hyp_sft", directions="en-th,th-en")
+
+The checkpoint's own config.yaml (written beside every training checkpoint) gives the model
+shape; its `tokenizer/` copy (or tokenizer.path) the tokenizer. Decoding is greedy by default.
+Runs inside a process group (init_distributed), on any TP/PP the model config asks for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vepo_mcore.config import JobConfig, from_dict, load_config
+from vepo_mcore.config.base import parse_overrides, to_dict
+
+
+def checkpoint_config(checkpoint: str | Path, overrides: list[str] | None = None) -> tuple[JobConfig, Path]:
+    """(the JobConfig saved with the checkpoint + overrides, the checkpoint's iteration directory)."""
+    from vepo_mcore.config.base import _merge
+    from vepo_mcore.training.checkpointing import resolve_checkpoint
+
+    path = resolve_checkpoint(checkpoint)
+    if path is None:
+        raise FileNotFoundError(f"{checkpoint} holds no checkpoint (no latest_checkpointed_iteration.txt)")
+    saved = path / "config.yaml"
+    if not saved.is_file():
+        raise FileNotFoundError(f"{saved} is missing: the checkpoint does not say which model it holds")
+    cfg = load_config(JobConfig, saved)
+    if overrides:
+        cfg = from_dict(JobConfig, _merge(to_dict(cfg), parse_overrides(overrides)))
+    if (path / "tokenizer" / "tokenizer.json").is_file():
+        cfg.tokenizer.path = str(path / "tokenizer")
+    return cfg, path
+
+
+def translate_checkpoint(
+    checkpoint: str | Path,
+    out_dir: str | Path,
+    directions: str = "all",
+    split: str = "devtest",
+    max_sentences: int | None = None,
+    max_new_tokens: int = 128,
+    batch_size: int = 32,
+    temperature: float = 0.0,
+    overrides: list[str] | None = None,
+) -> Path:
+    """Write out_dir/{src}-{tgt}.txt for each direction (cached: a rerun resumes). Returns out_dir."""
+    from vepo_mcore.eval.directions import parse_directions
+    from vepo_mcore.eval.translate import translate_direction
+    from vepo_mcore.languages import load_flores
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.rl.rollout.base import SamplingParams, build_engine
+    from vepo_mcore.tokenizer import load_tokenizer
+    from vepo_mcore.training.checkpointing import load_checkpoint
+
+    cfg, path = checkpoint_config(checkpoint, overrides)
+    init_model_parallel(cfg.parallel, seed=cfg.training.seed)
+    model = build_model(cfg)
+    load_checkpoint(path, model, finetune=True)
+    model.eval()
+    tokenizer = load_tokenizer(cfg.tokenizer.path)
+    engine = build_engine(cfg, model=model, tokenizer=tokenizer)
+    sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=tokenizer.stop_ids)
+    out_dir = Path(out_dir)
+    for direction in parse_directions(directions):
+        sources = load_flores(direction.src, split)[:max_sentences]
+        references = load_flores(direction.tgt, split)[:max_sentences]
+        translate_direction(
+            engine, direction, sources, tokenizer=tokenizer, sampling=sampling, references=references,
+            batch_size=batch_size, cache_dir=out_dir,
+        )  # fmt: skip
+    engine.shutdown()
+    return out_dir
