@@ -145,6 +145,7 @@ def _summary(row: dict[str, float]) -> str:
     parts = []
     for name, label, fmt in (
         ("train/loss", "loss", "{:.4f}"),
+        ("valid/loss", "valid loss", "{:.4f}"),
         ("train/lr", "lr", "{:.2e}"),
         ("train/grad_norm", "gnorm", "{:.3f}"),
         ("perf/tokens_per_s", "tok/s", "{:.0f}"),

@@ -160,6 +160,7 @@ def pretrain(
         )  # fmt: skip
 
     logger = MetricsLogger(cfg, iteration, is_writer=dist.get_rank() == 0, world_size=dist.get_world_size())
+    logger.message(describe_run(cfg, train_dataset, dp_size, n_micro, iteration))
     data = micro_batches(train_dataset, consumed, t.micro_batch_size, dp_rank, dp_size)
     tokens_per_step = t.global_batch_size * t.seq_length
     history, last_saved, last_logged = [], iteration, iteration
@@ -188,6 +189,41 @@ def pretrain(
     return history
 
 
-def default_datasets(cfg: JobConfig) -> tuple[Sequence[dict], Sequence[dict] | None, str | None]:
-    """(train, valid, tokenizer_dir) as the config's data section describes them."""
-    raise NotImplementedError("dataset building from the config is wired in once vepo_mcore.data lands")
+def default_datasets(cfg: JobConfig) -> tuple[Sequence[dict], Sequence[dict] | None, str]:
+    """(train, valid, tokenizer_dir) as the config's data section describes them (collective).
+
+    cpt: megatron's blend of indexed datasets sized for train_iters (and the evaluations);
+    sft: the curriculum of data.sft_phases (phases in order; no validation split).
+    """
+    from vepo_mcore.languages import default_tokenizer_dir
+
+    t = cfg.training
+    tokenizer_dir = cfg.tokenizer.path or str(default_tokenizer_dir())
+    if cfg.data.mode == "sft":
+        from vepo_mcore.data.sft import build_sft_datasets
+
+        return build_sft_datasets(cfg), None, tokenizer_dir
+    if cfg.data.mode != "cpt":
+        raise ValueError(f"data.mode must be 'cpt' or 'sft', got {cfg.data.mode!r}")
+    from vepo_mcore.data.blend import build_cpt_datasets
+
+    evaluations = t.train_iters // t.eval_interval if t.eval_interval else 0
+    valid_samples = evaluations * t.eval_iters * t.global_batch_size
+    train, valid = build_cpt_datasets(cfg, t.global_batch_size * t.train_iters, valid_samples)
+    return train, valid, tokenizer_dir
+
+
+def describe_run(cfg: JobConfig, train_dataset, dp_size: int, n_micro: int, start: int) -> str:
+    """One log line: layout, batch shape, tokens per step, start iteration (and the CPT language share)."""
+    t, p = cfg.training, cfg.parallel
+    line = (
+        f"TP={p.tensor_model_parallel_size} PP={p.pipeline_model_parallel_size} DP={dp_size} | "
+        f"global batch {t.global_batch_size} = micro {t.micro_batch_size} x DP {dp_size} x {n_micro} accumulation | "
+        f"{t.global_batch_size * t.seq_length:,} tokens/step | steps {start} -> {t.train_iters}"
+    )
+    if hasattr(train_dataset, "dataset_index") and cfg.data.paths:
+        from vepo_mcore.data.blend import format_share, language_blend, realised_language_share
+
+        share = realised_language_share(train_dataset, cfg.data)
+        line += "\nrealised language share (target): " + format_share(share, language_blend(cfg.data))
+    return line
