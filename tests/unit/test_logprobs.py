@@ -139,3 +139,19 @@ def test_bad_arguments_raise_value_errors():
         logprobs_and_entropy(logits, targets, topk_frac=1.5)
     with pytest.raises(ValueError, match="disagree"):
         logprobs_and_entropy(logits, targets[:-1])
+
+
+def test_backward_keeps_nothing_vocab_sized_but_the_logits():
+    """Forward saves only per-token vectors besides the caller's own logits (backward recomputes)."""
+    logits, targets = _inputs(n=40, padded=64, vocab=60)
+    x = logits.requires_grad_(True)
+    saved = []
+
+    def pack(t):
+        saved.append((t.data_ptr(), t.numel()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        lp, h = logprobs_and_entropy(x, targets, 0.7, 8, 60)
+    big = [numel for ptr, numel in saved if numel > 40 and ptr != x.data_ptr()]
+    assert saved and not big, big

@@ -222,8 +222,8 @@ def logprobs_and_entropy(
 
     logits: [N, V_shard] or [B, T, V_shard], this rank's contiguous vocab slice (rank r holds
         global columns [r * V_shard, (r + 1) * V_shard)); any float dtype.
-    targets: [N] or [B, T] global token ids. Ids outside [0, vocab_size) give a meaningless
-        log-prob (mask them out) and receive no gradient.
+    targets: [N] or [B, T] global token ids. Ids outside [0, vocab_size) (e.g. -100 padding)
+        give a meaningless log-prob: give those positions zero weight in the loss.
     temperature: tau > 0.  chunk_size: tokens per chunk.  vocab_size: the real (unpadded)
         vocabulary; None = every column is real.  group: the tensor-parallel process group;
         None = megatron's TP group when parallel_state is initialised, else a single process.
