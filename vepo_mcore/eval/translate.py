@@ -110,9 +110,14 @@ def translate_direction(
             done = done[:n]
     for start in range(len(done), n, batch_size):
         stop = min(start + batch_size, n)
+        texts = [
+            format_prompt(direction, sources[i], tokenizer, template, system_prompt)
+            for i in range(start, stop)
+        ]
         prompts = [
             Sample(
-                prompt=format_prompt(direction, sources[i], tokenizer, template, system_prompt),
+                prompt=texts[i - start],
+                prompt_ids=tokenizer.encode(texts[i - start]),
                 source=sources[i],
                 reference=references[i] if references is not None else None,
                 src_lang=direction.src,
