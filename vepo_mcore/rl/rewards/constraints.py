@@ -100,3 +100,78 @@ def constraint_table_markdown(table: dict[str, object], title: str = "Constraint
     for direction, rates in table["directions"].items():
         lines.append(row(direction, rates))
     return "\n".join(lines) + "\n"
+
+
+# ---- FLORES reference and corrupted-hypothesis sets, to show each check fires -----------------
+
+MARKUP_TEMPLATES = (
+    "<b>{}</b>",
+    "**{}**",
+    "{{0}}: {}",
+    "<p>{}</p>",
+    "[{}](https://example.org/doc)",
+    "# {}",
+    "- {}\n- `vepo --help`",
+    "{} (%s)",
+    "{} https://example.org/page?id=7",
+    "<ul><li>{}</li></ul>",
+)
+"""Language-neutral markup wrapped around FLORES lines (template i % 10 on line i) to give the
+Format check something to verify."""
+NON_LATIN_TARGETS = ("zh", "th", "km", "lo", "my")
+
+
+def _mix_in(hypothesis: str, foreign: str, tgt: str) -> str:
+    """Code-mix ``hypothesis`` with lower-cased words of ``foreign`` (another language's line)."""
+    words = [w.lower() for w in foreign.split() if len(w) > 2] or ["the"]
+    if tgt in NON_LATIN_TARGETS:
+        half = len(hypothesis) // 2
+        return f"{hypothesis[:half]} {' '.join(words[: max(len(words) // 2, 1)])} {hypothesis[half:]}"
+    tokens = hypothesis.split()
+    for i in range(0, len(tokens), 3):  # every third word
+        tokens[i] = words[i % len(words)]
+    return " ".join(tokens)
+
+
+CORRUPTIONS = ("wrong_lang", "double", "triple", "strip_markup", "mix_en")
+"""wrong_lang: the English line (the source line for X->en); double / triple: the reference two /
+three times (rho ~ 2 sits on the edge of the accepted [0.5, 2.0], so about half of the doubled
+lines still pass: that is SPEC's interval, not a miss);
+strip_markup: marked-up source, plain reference; mix_en: every third word English (Indonesian for
+en targets; for non-Latin targets English words inserted mid-sentence)."""
+
+
+def flores_samples(
+    split: str = "devtest", max_lines: int | None = None, corrupt: str | None = None, markup: bool = False
+) -> list[Sample]:
+    """Samples for all 90 directions with the FLORES reference as the response, optionally marked up
+    (``markup``) and/or corrupted (one of CORRUPTIONS)."""
+    from vepo_mcore.languages import LANGS, load_flores
+
+    if corrupt is not None and corrupt not in CORRUPTIONS:
+        raise ValueError(f"unknown corruption {corrupt!r}; known: {', '.join(CORRUPTIONS)}")
+    text = {code: load_flores(code, split)[:max_lines] for code in LANGS}
+    samples = []
+    for src in LANGS:
+        for tgt in LANGS:
+            if src == tgt:
+                continue
+            for i, (source, reference) in enumerate(zip(text[src], text[tgt])):
+                hypothesis = reference
+                if corrupt == "wrong_lang":
+                    hypothesis = text["en"][i] if tgt != "en" else source
+                elif corrupt in ("double", "triple"):
+                    hypothesis = " ".join([reference.strip()] * (2 if corrupt == "double" else 3))
+                elif corrupt == "mix_en":
+                    hypothesis = _mix_in(reference, text["id" if tgt == "en" else "en"][i], tgt)
+                if markup or corrupt == "strip_markup":
+                    template = MARKUP_TEMPLATES[i % len(MARKUP_TEMPLATES)]
+                    source = template.format(source.strip())
+                    if corrupt != "strip_markup":
+                        hypothesis = template.format(hypothesis.strip())
+                samples.append(
+                    Sample(
+                        source=source, response=hypothesis, reference=reference, src_lang=src, tgt_lang=tgt
+                    )
+                )
+    return samples

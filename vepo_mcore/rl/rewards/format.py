@@ -26,20 +26,25 @@ from vepo_mcore.rl.sample import Sample
 _VOID_TAGS = frozenset(
     "area base br col embed hr img input link meta param source track wbr".split()
 )  # HTML elements that never take a closing tag
-_TAG = regex.compile(r"<(/?)([A-Za-z][\w:.-]*)((?:\s+[^<>]*?)?)\s*(/?)>")
-_FENCE = regex.compile(r"^[ \t]*(```|~~~)", regex.MULTILINE)
-_HEADING = regex.compile(r"^[ \t]{0,3}(#{1,6})[ \t]+\S", regex.MULTILINE)
-_BULLET = regex.compile(r"^[ \t]*[-*+][ \t]+\S", regex.MULTILINE)
-_NUMBERED = regex.compile(r"^([ \t]*)(\d{1,9})([.)])[ \t]+\S", regex.MULTILINE)
-_BOLD = regex.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
-_ITALIC = regex.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])")
-_LINK = regex.compile(r"(!?)\[[^\]\n]*\]\(\s*([^)\s]+)[^)]*\)")
-_INLINE_CODE = regex.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+# Every pattern starts only where a token can start and uses possessive (*+) or bounded
+# quantifiers, so matching stays linear on adversarial 100k-character outputs.
+_TAG = regex.compile(r"<(/?)([A-Za-z][\w:.-]*+)((?:[\s/][^<>]*+)?)>")
+_FENCE = regex.compile(r"^[ \t]*+(```|~~~)", regex.MULTILINE)
+_HEADING = regex.compile(r"^[ \t]{0,3}+(#{1,6})[ \t]++\S", regex.MULTILINE)
+_BULLET = regex.compile(r"^[ \t]*+[-*+][ \t]++\S", regex.MULTILINE)
+_NUMBERED = regex.compile(r"^([ \t]*+)(\d{1,9}+)([.)])[ \t]++\S", regex.MULTILINE)
+_UNDERSCORE_BOLD = regex.compile(r"(?<!\w)__(?=[^\s_])[^_\n]++(?<=\S)__(?!\w)")
+_ITALIC = regex.compile(r"(?<![\w*])\*(?=[^\s*])[^*\n]++(?<=[^\s*])\*(?![\w*])")
+_LINK = regex.compile(r"(!?)\[[^\]\n]{0,300}+\]\(\s*+([^)\s]{1,500}+)[^)\n]{0,300}+\)")
+_INLINE_CODE = regex.compile(r"(?<!`)`([^`\n]++)`(?!`)")
 _PLACEHOLDER = regex.compile(
-    r"\{\{\s*[\w.]+\s*\}\}|(?<!\{)\{\w*\}(?!\})|\$\{\w+\}|%(?:\d+\$)?(?:\([\w]+\))?[-+0#]*\d*(?:\.\d+)?[sdifFeEgGxXoc%]"
+    r"\{\{\s*+[\w.]++\s*+\}\}|(?<!\{)\{\w*+\}(?!\})|\$\{\w++\}"
+    r"|%(?:\d++\$)?(?:\(\w++\))?[-+0#]*+\d*+(?:\.\d++)?[sdifFeEgGxXoc%]"
 )
-_URL = regex.compile(r"(?:https?|ftp)://[!#-&*-;=?-Z\\^-~]+|www\.[!#-&*-;=?-Z\\^-~]+")  # ASCII, no <>"')]
-_EMAIL = regex.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_URL = regex.compile(  # ASCII only, without <>"'()[] (so a URL ends before Thai/Chinese text or a ')')
+    r"(?:https?|ftp)://[!#-&*-;=?-Z\\^-~]++|(?<![\w.])www\.[!#-&*-;=?-Z\\^-~]++"
+)
+_EMAIL = regex.compile(r"(?<![\w.+-])[\w.+-]++@[\w-]++(?:\.[\w-]++)++")
 _TRAILING_PUNCT = ".,;:!?。，、"
 
 
@@ -61,15 +66,18 @@ def structure(text: str) -> Counter:
     for fence in _FENCE.findall(text):
         tokens[("fence", fence)] += 1
     body = _strip_code(text)
-    for close, name, _attrs, self_close in _TAG.findall(body):
-        kind = "/" if close else ("/>" if self_close else "")
+    for close, name, attrs in _TAG.findall(body):
+        kind = "/" if close else ("/>" if attrs.endswith("/") else "")
         tokens[("tag", f"{kind}{name.lower()}")] += 1
     for hashes in _HEADING.findall(body):
         tokens[("heading", len(hashes))] += 1
     tokens[("bullet", "")] += len(_BULLET.findall(body))
     for _indent, number, _delim in _NUMBERED.findall(body):
         tokens[("numbered", int(number))] += 1
-    tokens[("bold", "")] += len(_BOLD.findall(body))
+    # "**" markers pair up within a line (counting, not matching, keeps long spans and 100k-char
+    # outputs cheap); "__bold__" must not touch word characters (snake_case is not emphasis).
+    bold = sum(line.count("**") // 2 for line in body.split("\n")) + len(_UNDERSCORE_BOLD.findall(body))
+    tokens[("bold", "")] += bold
     tokens[("italic", "")] += len(_ITALIC.findall(body))
     for bang, url in _LINK.findall(body):
         tokens[("image" if bang else "link", url)] += 1
@@ -85,13 +93,29 @@ def structure(text: str) -> Counter:
     return +tokens  # drop zero counts
 
 
+_QUICK_MARKUP = regex.compile(r"[<`@{}%$]|://|www\.|\]\(")
+_LINK_TARGET = regex.compile(r"(?<=\])\(\s*+[^)\s]{1,500}+[^)\n]{0,300}+\)")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without the parts of markup that are not language: code (fenced and inline), tags,
+    link targets, URLs, e-mail addresses and placeholders. LID and code-mixing read this, so an
+    English tag name or a URL does not count against a Thai translation."""
+    if _QUICK_MARKUP.search(text) is None:
+        return text
+    text = _strip_code(text)
+    for pattern in (_INLINE_CODE, _TAG, _LINK_TARGET, _URL, _EMAIL, _PLACEHOLDER):
+        text = pattern.sub(" ", text)
+    return text
+
+
 def _tag_errors(body: str) -> int:
     """Unclosed, mismatched and stray closing tags (void and self-closing tags are fine)."""
     stack: list[str] = []
     errors = 0
-    for close, name, _attrs, self_close in _TAG.findall(body):
+    for close, name, attrs in _TAG.findall(body):
         name = name.lower()
-        if self_close or name in _VOID_TAGS:
+        if attrs.endswith("/") or name in _VOID_TAGS:
             continue
         if not close:
             stack.append(name)

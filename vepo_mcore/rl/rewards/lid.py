@@ -22,6 +22,7 @@ from pathlib import Path
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import LANGUAGES, language
+from vepo_mcore.rl.rewards.format import plain_text
 from vepo_mcore.rl.rewards.registry import TermResult, register_reward
 from vepo_mcore.rl.rewards.scripts import has_kana, letter_count, script_letter_count
 from vepo_mcore.rl.sample import Sample
@@ -83,7 +84,8 @@ class LidResult:
 
 
 def identify(text: str, tgt_lang: str, threshold: float = 0.8) -> LidResult:
-    """Language check of one output against its target language."""
+    """Language check of one output against its target language (markup, code and URLs ignored)."""
+    text = plain_text(text)
     letters = letter_count(text)
     script_share = script_letter_count(text, language(tgt_lang).script) / letters if letters else 0.0
     ranked = predict(text)

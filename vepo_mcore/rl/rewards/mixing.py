@@ -19,6 +19,7 @@ import regex
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import language
+from vepo_mcore.rl.rewards.format import plain_text
 from vepo_mcore.rl.rewards.registry import TermResult, register_reward
 from vepo_mcore.rl.rewards.scripts import foreign_script_share
 from vepo_mcore.rl.sample import Sample
@@ -75,7 +76,8 @@ def foreign_word_share(text: str, tgt_lang: str) -> float:
 
 
 def mixing_share(text: str, tgt_lang: str) -> float:
-    """p_mix of one output (see module docstring)."""
+    """p_mix of one output (see module docstring); markup, code and URLs are not counted."""
+    text = plain_text(text)
     share, _letters = foreign_script_share(text, tgt_lang)
     if language(tgt_lang).script == "Latin":
         share = max(share, foreign_word_share(text, tgt_lang))
