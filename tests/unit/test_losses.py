@@ -429,3 +429,13 @@ def test_missing_inputs_raise_value_errors():
         compute_loss(_batch(entropy=None), LossConfig(name="vepo"))
     with pytest.raises(ValueError, match="shape"):
         _batch(old_logp=torch.zeros(2, 4))
+
+
+def test_config_validation_names_the_field_and_known_losses():
+    from vepo_mcore.config.rl import RLConfig
+
+    cfg = RLConfig()
+    cfg.validate()
+    cfg.loss.name = "vepo2"
+    with pytest.raises(ValueError, match=r"rl\.loss\.name .*known: .*'reinforce_pp'"):
+        cfg.validate()

@@ -129,6 +129,16 @@ class RLConfig:
     """FLORES split the prompts come from."""
 
     def validate(self) -> None:
+        from vepo_mcore.rl.losses import LOSSES  # lazy: the loss modules import this config
+
+        if self.loss.name not in LOSSES:
+            raise ValueError(
+                f"rl.loss.name {self.loss.name!r} is not a registered loss; known: {sorted(LOSSES)}"
+            )
+        if self.loss.overlong_buffer < 0:
+            raise ValueError(f"rl.loss.overlong_buffer must be >= 0, got {self.loss.overlong_buffer}")
+        if self.kl.coef < 0:
+            raise ValueError(f"rl.kl.coef must be >= 0, got {self.kl.coef}")
         if self.filtering.num_candidates < self.filtering.group_size:
             raise ValueError(
                 f"rl.filtering.num_candidates ({self.filtering.num_candidates}) must be >= "
