@@ -1,6 +1,7 @@
 """The training loop across processes: exact resume (bitwise, DP=2, plain and distributed optimizer),
-resume into another DP size and from TP=2 into TP=1, and the exact token average of the loss
-across micro-batches and DP ranks (checked against a naive float64 computation)."""
+resume into another DP size, from TP=2 into TP=1 and from PP=1 into PP=2 (pipelined schedule),
+and the exact token average of the loss across micro-batches and DP ranks (checked against a
+naive float64 computation)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from vepo_mcore.parallel.launch import run_processes
 VOCAB, SEQ, GBS = 500, 32, 4
 
 
-def _cfg(save: str, iters: int, tp: int = 1, dist_opt: bool = False, load: str | None = None) -> JobConfig:
+def _cfg(
+    save: str, iters: int, tp: int = 1, dist_opt: bool = False, load: str | None = None, pp: int = 1
+) -> JobConfig:
     cfg = JobConfig()
     m = cfg.model
     m.num_layers, m.hidden_size, m.ffn_hidden_size = 2, 64, 128
@@ -26,7 +29,7 @@ def _cfg(save: str, iters: int, tp: int = 1, dist_opt: bool = False, load: str |
     t.scheduler.warmup_iters, t.scheduler.decay_iters = 1, 4  # the schedule must not depend on train_iters
     t.checkpoint.save, t.checkpoint.load, t.checkpoint.save_interval = save, load, 2
     t.logging.progress_bar = False
-    cfg.parallel.tensor_model_parallel_size = tp
+    cfg.parallel.tensor_model_parallel_size, cfg.parallel.pipeline_model_parallel_size = tp, pp
     return cfg
 
 
@@ -59,6 +62,8 @@ def _resume_same_layout(rank, world, tmp):
     # A fresh process group: everything the second half needs comes from the checkpoint.
     _train(_cfg(f"{tmp}/half", 4), f"{tmp}/resumed.json")
     _train(_cfg(f"{tmp}/half_do", 4, dist_opt=True), f"{tmp}/resumed_do.json")
+    # PP=2 through megatron's 1F1B schedule, resumed from the PP=1 (DP=2) checkpoint.
+    _train(_cfg(f"{tmp}/pp2", 4, pp=2, load=f"{tmp}/half/iter_0000002"), f"{tmp}/pp2.json")
 
 
 def _resume_one_process(rank, world, tmp):
@@ -115,7 +120,7 @@ def test_resume_exact_and_into_other_layouts(tmp_path):
         assert full[0]["train/loss"] != full[3]["train/loss"]
 
     # Another DP size (and TP=2 -> TP=1): same samples and updates, different reduction order.
-    for ref_name, name in (("full", "dp1"), ("full_do", "dp1_do"), ("tp2_full", "tp1")):
+    for ref_name, name in (("full", "dp1"), ("full_do", "dp1_do"), ("tp2_full", "tp1"), ("full", "pp2")):
         ref, got = _load(f"{tmp}/{ref_name}.json"), _load(f"{tmp}/{name}.json")
         assert [r["step"] for r in got] == [3, 4]
         for a, b in zip(ref[2:], got):
