@@ -24,18 +24,26 @@ def degrade(lines: list[str]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--max-sentences", type=int, default=None)
-    parser.add_argument("--bootstrap", action="store_true", help="also 1,000 paired resamples vs the source copy")
+    parser.add_argument(
+        "--bootstrap", action="store_true", help="also 1,000 paired resamples vs the source copy"
+    )
     args = parser.parse_args()
     tasks = []
     for d in ALL_DIRECTIONS:
         sources, refs = load_flores(d.src)[: args.max_sentences], load_flores(d.tgt)[: args.max_sentences]
         baseline = sources if args.bootstrap else None
-        tasks.append(DirectionTask(d, sources, refs, degrade(refs), baseline, DEFAULT_METRICS, None, 1000, 12345))
+        tasks.append(
+            DirectionTask(d, sources, refs, degrade(refs), baseline, DEFAULT_METRICS, None, 1000, 12345)
+        )
     n = sum(len(t.references) for t in tasks)
-    print(f"{len(tasks)} directions, {n} sentences, metrics {', '.join(DEFAULT_METRICS)}, bootstrap={args.bootstrap}")
+    print(
+        f"{len(tasks)} directions, {n} sentences, metrics {', '.join(DEFAULT_METRICS)}, bootstrap={args.bootstrap}"
+    )
     start = time.perf_counter()
     serial = score_all(tasks, workers=1, progress=True)
     t_serial = time.perf_counter() - start

@@ -20,8 +20,9 @@ from vepo_mcore.languages import load_flores
 DIRS = "en-th,zh-en,km-lo,vi-zh"
 
 
-def job(tmp_path, system, baseline=None, workers=1, **kw) -> EvalJob:
+def job(tmp_path, system, baseline=None, workers=1, constraints=False, **kw) -> EvalJob:
     return EvalJob(
+        constraints=constraints,
         eval=EvalConfig(directions=DIRS, max_sentences=40),
         system=system,
         baseline=baseline,
@@ -33,7 +34,7 @@ def job(tmp_path, system, baseline=None, workers=1, **kw) -> EvalJob:
 
 
 def test_reference_scores_100_and_reports_are_written(tmp_path):
-    payload = run_evaluation(job(tmp_path, SystemSpec(kind="reference")))
+    payload = run_evaluation(job(tmp_path, SystemSpec(kind="reference"), constraints=True))
     for row in payload["directions"]:
         assert row["scores"]["bleu"] == pytest.approx(100.0) and row["scores"]["chrf"] == pytest.approx(100.0)
     with (tmp_path / "scores.csv").open() as fh:
@@ -51,6 +52,10 @@ def test_reference_scores_100_and_reports_are_written(tmp_path):
     saved = json.loads((tmp_path / "scores.json").read_text())
     assert any("tok:char" in s and "th lo" in s for s in saved["signatures"])
     assert any("tok:zh" in s for s in saved["signatures"])
+    assert (
+        saved["constraints"]["reference"]["n"] == 160
+        and "| reference | 160 |" in (tmp_path / "constraints.md").read_text()
+    )
 
 
 def test_copy_source_groups_bootstrap_and_parallel_equals_serial(tmp_path):
@@ -128,3 +133,30 @@ def test_comet_errors_and_per_direction_split(tmp_path):
     assert scores == [[2.0, 0.5], [3.0]]
     with pytest.raises(ValueError, match="direction 1: 1 sources, 2 hypotheses"):
         comet_segment_scores(LengthRatioModel(), [["a"], ["b"]], [["a"], ["b", "c"]], [["a"], ["b"]], gpus=0)
+
+
+def test_merged_constraint_rates_equal_the_rewards_table_over_all_samples():
+    from vepo_mcore.eval.constraints import direction_rates, merge_rates
+    from vepo_mcore.eval.directions import Direction
+    from vepo_mcore.rl.rewards.constraints import constraint_table
+    from vepo_mcore.rl.sample import Sample
+
+    per_direction, samples = [], []
+    for d, wrap in ((Direction("en", "th"), 3), (Direction("vi", "id"), 4)):
+        sources = [f"<b>{s}</b>" if i % wrap == 0 else s for i, s in enumerate(load_flores(d.src)[:30])]
+        # every 5th hypothesis is left in the source language; tags kept on every other wrapped line
+        hyps = [
+            (s if i % 5 == 0 else (f"<b>{r}</b>" if i % (2 * wrap) == 0 else r))
+            for i, (s, r) in enumerate(zip(sources, load_flores(d.tgt)[:30]))
+        ]
+        per_direction.append(direction_rates(d, sources, hyps))
+        samples += [
+            Sample(source=s, response=h, src_lang=d.src, tgt_lang=d.tgt) for s, h in zip(sources, hyps)
+        ]
+    merged = merge_rates(per_direction)
+    overall = constraint_table(samples)["overall"]
+    assert merged["n"] == overall["n"] == 60 and merged["format_n"] == overall["format_n"] > 0
+    for key in ("lang", "length", "format", "mixing", "overall"):
+        assert merged[key] == pytest.approx(overall[key]), key
+    assert merged["ms_id_swapped"] == overall["ms_id_swapped"]
+    assert 0 < merged["overall"] < 100 and merged["format"] < 100

@@ -63,7 +63,9 @@ def translate_checkpoint(
     model.eval()
     tokenizer = load_tokenizer(cfg.tokenizer.path)
     engine = build_engine(cfg, model=model, tokenizer=tokenizer)
-    sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=tokenizer.stop_ids)
+    sampling = SamplingParams(
+        temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=tokenizer.stop_ids
+    )
     out_dir = Path(out_dir)
     for direction in parse_directions(directions):
         sources = load_flores(direction.src, split)[:max_sentences]

@@ -9,7 +9,7 @@ the paired bootstrap against a baseline system when one is given, and writes int
   table3.md                   group table in the paper's Table 3 layout, paper rows beside it
   heatmap_<metric>.png        10x10 source x target
   bootstrap.md, bootstrap.json  paired bootstrap per direction and per group (with a baseline)
-  constraints.md              constraint table (when vepo_mcore.rl.rewards provides it)
+  constraints.md, .json       constraint pass rates of the system and of the references
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ class EvalJob:
     """Decimals of BLEU/chrF in tables (the sacrebleu CLI's --width)."""
     comet_batch_size: int = 64
     plots: bool = True
+    constraints: bool = True
+    """Constraint table (needs vepo_mcore.rl.rewards.constraints; skipped with a note when absent)."""
     progress: bool = True
 
 
@@ -88,6 +90,10 @@ class DirectionTask:
     spm_model: str | None
     bootstrap_samples: int
     seed: int
+    constraints: bool = False
+    """Also run the constraint checks on the hypotheses."""
+    reference_constraints: bool = False
+    """... and on the references (the row the Lang column is read against)."""
 
 
 @dataclass
@@ -100,6 +106,8 @@ class DirectionResult:
     resamples: dict[str, np.ndarray] = field(default_factory=dict)
     """metric -> system scores of every bootstrap resample [B] (only with a baseline)."""
     baseline_resamples: dict[str, np.ndarray] = field(default_factory=dict)
+    constraints: dict | None = None
+    reference_constraints: dict | None = None
 
 
 def score_direction(task: DirectionTask) -> DirectionResult:
@@ -124,6 +132,12 @@ def score_direction(task: DirectionTask) -> DirectionResult:
             result.baseline_resamples[name] = bs.resample_scores(
                 np.asarray(base_stats, np.float64), indices, score_fn
             )
+    if task.constraints:
+        from vepo_mcore.eval.constraints import direction_rates
+
+        result.constraints = direction_rates(task.direction, task.sources, task.hypotheses)
+        if task.reference_constraints:
+            result.reference_constraints = direction_rates(task.direction, task.sources, task.references)
     return result
 
 
@@ -253,23 +267,25 @@ def _signature_lines(results: Sequence[DirectionResult], metrics: Sequence[str])
     return lines
 
 
-def _constraint_table(job: EvalJob, tasks: Sequence[DirectionTask]) -> str | None:
-    """The rewards' constraint table over the system's hypotheses, if vepo_mcore.rl.rewards provides it."""
+def _constraints_available() -> bool:
     try:
-        from vepo_mcore.rl.rewards.constraints import constraint_table
+        import vepo_mcore.rl.rewards.constraints  # noqa: F401
     except ImportError:
-        return None
-    from vepo_mcore.rl.sample import Sample
+        return False
+    return True
 
-    samples = [
-        Sample(
-            source=s, response=h, reference=r, src_lang=t.direction.src, tgt_lang=t.direction.tgt, group_id=i
-        )
-        for t in tasks
-        for i, (s, h, r) in enumerate(zip(t.sources, t.hypotheses, t.references))
-    ]
-    table = constraint_table(samples)
-    return table if isinstance(table, str) else str(table)
+
+def _write_constraints(job: EvalJob, results: Sequence[DirectionResult], out: Path) -> dict:
+    from vepo_mcore.eval.constraints import constraint_markdown, merge_rates
+
+    per_direction = {job.system.label: {str(r.direction): r.constraints for r in results}}
+    if results and results[0].reference_constraints is not None:
+        per_direction["reference"] = {str(r.direction): r.reference_constraints for r in results}
+    rows = {name: merge_rates(list(directions.values())) for name, directions in per_direction.items()}
+    (out / "constraints.md").write_text(constraint_markdown(rows, per_direction), encoding="utf-8")
+    payload = {"overall": rows, "directions": per_direction}
+    report.write_json(out / "constraints.json", payload)
+    return payload
 
 
 def run_evaluation(job: EvalJob) -> dict:
@@ -278,6 +294,7 @@ def run_evaluation(job: EvalJob) -> dict:
     metrics = tuple(job.metrics)
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    with_constraints = job.constraints and _constraints_available()
     tasks = []
     for d in directions:
         sources, references = _load_direction(job, d)
@@ -296,6 +313,8 @@ def run_evaluation(job: EvalJob) -> dict:
                 job.eval.spm_model,
                 job.bootstrap_samples,
                 job.seed,
+                constraints=with_constraints,
+                reference_constraints=with_constraints and job.system.kind != "reference",
             )
         )
     results = score_all(tasks, job.workers, job.progress)
@@ -354,14 +373,12 @@ def run_evaluation(job: EvalJob) -> dict:
             ),
             encoding="utf-8",
         )
-    constraints = _constraint_table(job, tasks)
-    payload["constraints"] = (
-        "written to constraints.md"
-        if constraints is not None
-        else "pending (vepo_mcore.rl.rewards.constraints not available)"
-    )
-    if constraints is not None:
-        (out / "constraints.md").write_text(constraints + "\n", encoding="utf-8")
+    if with_constraints:
+        payload["constraints"] = _write_constraints(job, results, out)["overall"]
+    else:
+        payload["constraints"] = (
+            "skipped" if not job.constraints else "pending (vepo_mcore.rl.rewards.constraints missing)"
+        )
     report.write_json(out / "scores.json", payload)
     return payload
 
@@ -382,5 +399,11 @@ def print_summary(payload: dict, out_dir: str | Path, file=None) -> None:
             ),
             file=file,
         )
-    print(f"constraint table: {payload['constraints']}", file=file)
+    constraints = payload["constraints"]
+    if isinstance(constraints, dict):
+        from vepo_mcore.eval.constraints import constraint_markdown
+
+        print(constraint_markdown(constraints), file=file)
+    else:
+        print(f"constraint table: {constraints}", file=file)
     print(f"reports written to {out_dir}", file=file)
