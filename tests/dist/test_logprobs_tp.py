@@ -55,6 +55,19 @@ def _all_cases(rank, world):
     _check(rank, world, 20, 9, 1.3, None, False)
     _check(rank, world, 20, 9, 1.0, 0.5, False)
     _check(rank, world, 20, 17, 0.7, None, True)
+    _global_std(rank)
+
+
+def _global_std(rank):
+    """std_scope 'global': the reward std all-reduced over the group equals the std of all rewards."""
+    from vepo_mcore.rl.advantages import global_std, group_normalized_advantages
+
+    everything = torch.tensor([0.5, 2.0, -1.0, 4.0, 3.0])
+    mine = everything[:2] if rank == 0 else everything[2:]
+    torch.testing.assert_close(global_std(mine, group=dist.group.WORLD), everything.std())
+    mask = torch.ones(len(mine), 3, dtype=torch.bool)
+    adv = group_normalized_advantages(mine, mask, torch.tensor([rank] * len(mine)), "global", eps=0.0)
+    torch.testing.assert_close(adv[:, 0], (mine - mine.mean()) / everything.std())
 
 
 def test_tp2_matches_float64_reference():
