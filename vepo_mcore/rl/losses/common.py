@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from vepo_mcore.config.rl import KLConfig, LossConfig
+from vepo_mcore.rl.advantages import kl_penalty, last_token_rewards
 from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.kl import kl_estimate, kl_metrics
 
@@ -150,8 +151,6 @@ def rewards_with_kl(
 
     [B] rewards lose the penalty summed over the response; [B, T] rewards lose it token by token.
     """
-    from vepo_mcore.rl.advantages import kl_penalty
-
     rewards = ensure_rewards(batch, algorithm).detach().to(torch.float32)
     estimator, placement = kl_placement(kl, default_placement)
     if estimator is None or placement != "reward":
@@ -165,8 +164,6 @@ def rewards_with_kl(
 def token_rewards(batch: RLBatch, kl: KLConfig | None, algorithm: str) -> torch.Tensor:
     """[B, T] per-token rewards for return-based methods (PPO, REINFORCE++): the sequence reward on the
     last response token, minus the per-token KL penalty when the KL goes in the reward."""
-    from vepo_mcore.rl.advantages import kl_penalty, last_token_rewards
-
     r = ensure_rewards(batch, algorithm).detach().to(torch.float32)
     r = (
         last_token_rewards(r, batch.mask)
