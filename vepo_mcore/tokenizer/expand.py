@@ -22,6 +22,7 @@ import shutil
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import regex
@@ -35,6 +36,8 @@ from vepo_mcore.tokenizer.pretokenizer import DEFAULT_PRETOKENIZER, set_pretoken
 BASE_VOCAB_SIZE = 151_665
 """Qwen2.5: 151,643 BPE tokens + 22 added tokens (151643-151664)."""
 PROTECTED_LANGS = ("en", "zh")
+PROTECT_WORDS = 1_000_000
+"""Words per protected language taken from wordfreq (its en/zh lists hold ~320k/~334k, so: all)."""
 TOKENIZER_FILES = (
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -43,6 +46,7 @@ TOKENIZER_FILES = (
 )
 MANIFEST = "expansion_manifest.json"
 _WORD_CHAR = regex.compile(r"[\p{L}\p{M}]")
+_MARK = regex.compile(r"\p{M}")
 
 
 def read_tokenizer_json(tokenizer_dir: str | Path) -> dict:
@@ -113,7 +117,10 @@ def segment_words(tokenizer: HFTokenizer, words: Mapping[str, int]) -> dict[tupl
     return out
 
 
-def protection_texts(langs: Sequence[str] = PROTECTED_LANGS, n_words: int = 1_000_000) -> list[str]:
+@lru_cache(maxsize=2)
+def protection_texts(
+    langs: tuple[str, ...] = PROTECTED_LANGS, n_words: int = PROTECT_WORDS
+) -> tuple[str, ...]:
     """wordfreq words of each language in 6 spellings, plus FLORES dev lines (never devtest)."""
     import wordfreq
 
@@ -126,21 +133,44 @@ def protection_texts(langs: Sequence[str] = PROTECTED_LANGS, n_words: int = 1_00
                 texts.add(variant)
                 texts.add(" " + variant)
         texts.update(load_flores(lang, "dev"))
-    return sorted(texts)
+    return tuple(sorted(texts))
 
 
 def protected_pairs(tokenizer: HFTokenizer, texts: Sequence[str], batch: int = 50_000) -> set[int]:
     """pair_key of every adjacent pair of ids inside one pre-token of the texts' encodings."""
     pairs: set[int] = set()
-    for start in tqdm(
-        range(0, len(texts), batch), desc="protect en/zh", unit="batch", leave=False, disable=None
-    ):
+    steps = range(0, len(texts), batch)
+    for start in tqdm(steps, desc="protect en/zh", unit="batch", leave=False, disable=None):
         for enc in tokenizer.encode_batch(texts[start : start + batch], add_special_tokens=False):
             ids, words = enc.ids, enc.word_ids
             for j in range(len(ids) - 1):
                 if words[j] == words[j + 1] and words[j] is not None:
                     pairs.add(pair_key(ids[j], ids[j + 1]))
     return pairs
+
+
+@lru_cache(maxsize=2)
+def _mark_free_protection(base_dir: str, langs: tuple[str, ...], n_words: int) -> frozenset[int]:
+    # The registered regexes differ only on combining marks, so texts without any split the same
+    # way under every pre-tokenizer: encode them once per process, not once per pre-tokenizer.
+    texts = [t for t in protection_texts(langs, n_words) if not _MARK.search(t)]
+    return frozenset(protected_pairs(build_tokenizer(read_tokenizer_json(base_dir)), texts))
+
+
+def default_protection(
+    base_dir: str | Path,
+    pretokenizer: str,
+    langs: Sequence[str] = PROTECTED_LANGS,
+    n_words: int = PROTECT_WORDS,
+) -> set[int]:
+    """Banned pairs for `langs` under `pretokenizer`: top n_words wordfreq words in 6 spellings + FLORES dev."""
+    if not langs:
+        return set()
+    tokenizer = build_tokenizer(set_pretokenizer(read_tokenizer_json(base_dir), pretokenizer))
+    marked = [t for t in protection_texts(tuple(langs), n_words) if _MARK.search(t)]
+    return set(_mark_free_protection(str(base_dir), tuple(langs), n_words)) | protected_pairs(
+        tokenizer, marked
+    )
 
 
 @dataclass
@@ -240,11 +270,13 @@ def expand_tokenizer(
     max_lines: int | None = None,
     protect: Sequence[str] = PROTECTED_LANGS,
     protection: set[int] | None = None,
+    protect_words: int = PROTECT_WORDS,
 ) -> ExpansionResult:
     """Learn and append `n_tokens` new tokens per language (fewer if pairs run below min_frequency).
 
     corpora: language code -> corpus files (.txt/.jsonl), processed in EXPANDED_LANGS order.
     protection: precomputed protected_pairs (to reuse across runs); computed when None.
+    protect_words: wordfreq words per protected language (tests use fewer to run faster).
     """
     for lang in corpora:
         if lang not in EXPANDED_LANGS:
@@ -259,8 +291,11 @@ def expand_tokenizer(
             f"{base_dir}: expected {BASE_VOCAB_SIZE} ids (Qwen2.5), got {len(data['model']['vocab'])}"
         )
     base = build_tokenizer(data)
-    protection_texts_used = protection_texts(protect) if protection is None and protect else []
-    banned = protection if protection is not None else protected_pairs(base, protection_texts_used)
+    banned = (
+        protection
+        if protection is not None
+        else default_protection(base_dir, pretokenizer, protect, protect_words)
+    )
 
     strings = [""] * BASE_VOCAB_SIZE
     for token, token_id in data["model"]["vocab"].items():
@@ -308,10 +343,10 @@ def expand_tokenizer(
         current = build_tokenizer(data)
     info = {
         "languages": list(protect),
-        "sources": [f"wordfreq top_n_list({lang!r}, wordlist='best')" for lang in protect]
+        "sources": [f"wordfreq top_n_list({lang!r}, {protect_words}, wordlist='best')" for lang in protect]
         + [f"FLORES-200 dev {language(lang).flores}" for lang in protect],
         "spellings": "lower, Capitalised, UPPER; with and without a leading space",
-        "texts": len(protection_texts_used),
+        "texts": len(protection_texts(tuple(protect), protect_words)) if protect else 0,
         "banned_pairs": len(banned),
     }
     return ExpansionResult(data, base_dir, pretokenizer, n_tokens, min_frequency, languages, info)

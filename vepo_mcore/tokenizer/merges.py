@@ -39,6 +39,51 @@ def _merge_word(word: list[int], a: int, b: int, new: int) -> list[int]:
     return out
 
 
+def _merge_words(
+    words: list[list[int]],
+    freqs: list[int],
+    indices: set[int],
+    a: int,
+    b: int,
+    new: int,
+    counts: dict[int, int],
+    where: dict[int, set[int]],
+    dead: set[int],
+) -> set[int]:
+    """Merge (a, b) -> new in the given words in place, updating pair counts; returns changed keys.
+
+    Only the neighbours of each occurrence change: (prev, a) -> (prev, new), (b, next) -> (new, next).
+    `where` may keep words that no longer hold a pair; they simply have no match later.
+    """
+    touched: set[int] = set()
+
+    def change(x: int, y: int, delta: int, i: int) -> None:
+        k = (x << _SHIFT) | y
+        if delta > 0:
+            if k in dead:
+                return
+            counts[k] += delta
+            where[k].add(i)
+        elif k in counts:
+            counts[k] += delta
+        touched.add(k)
+
+    for i in indices:
+        word, f = words[i], freqs[i]
+        j = 0
+        while j < len(word) - 1:
+            if word[j] == a and word[j + 1] == b:
+                if j > 0:
+                    change(word[j - 1], a, -f, i)
+                    change(word[j - 1], new, f, i)
+                if j + 2 < len(word):
+                    change(b, word[j + 2], -f, i)
+                    change(new, word[j + 2], f, i)
+                word[j : j + 2] = [new]
+            j += 1
+    return touched
+
+
 def learn_merges(
     word_counts: Mapping[tuple[int, ...], int],
     token_strings: Sequence[str],
@@ -101,22 +146,7 @@ def learn_merges(
         strings.append(merged)
         known.add(merged)
         merges.append((a, b))
-        touched: set[int] = set()
-        for i in where.pop(key):
-            word, f = words[i], freqs[i]
-            for x, y in zip(word, word[1:]):
-                k = pair_key(x, y)
-                if k in counts:
-                    counts[k] -= f
-                    where[k].discard(i)
-                    touched.add(k)
-            word = words[i] = _merge_word(word, a, b, new)
-            for x, y in zip(word, word[1:]):
-                k = pair_key(x, y)
-                if k not in dead:
-                    counts[k] += f
-                    where[k].add(i)
-                    touched.add(k)
+        touched = _merge_words(words, freqs, where.pop(key), a, b, new, counts, where, dead)
         counts.pop(key, None)
         for k in touched:
             c = counts.get(k, 0)
