@@ -25,8 +25,14 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", required=True, help="YAML config (see examples/configs/)")
+    parser.add_argument("--dry-run", action="store_true", help="parse and validate the config, then exit")
+    parser.add_argument("--world-size", type=int, default=None, help="--dry-run: also check this many ranks")
     args, overrides = parser.parse_known_args(argv)
     cfg = load_config(JobConfig, args.config, overrides)
+    if args.dry_run:
+        cfg.validate(args.world_size)
+        print(dry_run_summary(cfg, args.world_size))
+        return
 
     from vepo_mcore.parallel import destroy, init_distributed
     from vepo_mcore.training.loop import pretrain
@@ -36,6 +42,21 @@ def main(argv: list[str] | None = None) -> None:
         pretrain(cfg)
     finally:
         destroy()
+
+
+def dry_run_summary(cfg: JobConfig, world_size: int | None) -> str:
+    """The run's shape and token budget, for checking a launch script without GPUs."""
+    t, p = cfg.training, cfg.parallel
+    tokens = t.global_batch_size * t.seq_length
+    lines = [
+        f"config OK: mode={cfg.data.mode} TP={p.tensor_model_parallel_size} PP={p.pipeline_model_parallel_size}",
+        f"tokens/step {tokens:,} x {t.train_iters:,} steps = {tokens * t.train_iters / 1e9:,.1f}B tokens",
+    ]
+    if world_size:
+        dp = p.data_parallel_size(world_size)
+        accumulation = t.global_batch_size // (t.micro_batch_size * dp)
+        lines.append(f"world {world_size} -> DP={dp}, gradient accumulation {accumulation}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

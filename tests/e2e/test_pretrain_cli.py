@@ -66,3 +66,14 @@ def test_cpt_with_torchrun_then_sft_from_its_checkpoint(tmp_path):
     sft_rows = [json.loads(line) for line in (tmp_path / "ckpt/sft/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in sft_rows] == [1] and math.isfinite(sft_rows[0]["train/loss"])
     assert (tmp_path / "ckpt/sft/latest_checkpointed_iteration.txt").read_text() == "1"
+
+
+def test_cpt_7b_launcher_dry_run_documents_the_200b_token_schedule():
+    env = {**os.environ, "NNODES": "8", "PYTHON": sys.executable}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "examples/cpt_7b.sh"), "--dry-run"], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "TP=4 PP=1" in proc.stdout
+    assert "tokens/step 4,194,304 x 47,684 steps = 200.0B tokens" in proc.stdout
+    assert "world 64 -> DP=16, gradient accumulation 64" in proc.stdout

@@ -128,7 +128,7 @@ def pretrain(
 
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.training.checkpointing import load_checkpoint, save_checkpoint
+    from vepo_mcore.training.checkpointing import save_checkpoint
     from vepo_mcore.training.logging import MetricsLogger
     from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, wrap_model
     from vepo_mcore.training.sampler import micro_batches
@@ -145,13 +145,9 @@ def pretrain(
     optimizer = build_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, cfg)
     iteration, consumed = 0, 0
-    load_dir = ckpt.load or ckpt.save
-    if load_dir:
-        state = load_checkpoint(load_dir, model, optimizer, scheduler, finetune=ckpt.finetune)
-        if state is None and ckpt.load:
-            raise FileNotFoundError(f"training.checkpoint.load={ckpt.load} holds no checkpoint")
-        if state is not None:
-            iteration, consumed = state.iteration, state.consumed_samples
+    state = resume_or_initialise(cfg, model, optimizer, scheduler)
+    if state is not None:
+        iteration, consumed = state.iteration, state.consumed_samples
 
     def save(it: int) -> None:
         save_checkpoint(
@@ -170,6 +166,8 @@ def pretrain(
         )
         iteration, consumed = iteration + 1, consumed + t.global_batch_size
         row = {f"train/{k}": v for k, v in metrics.items()}
+        if hasattr(train_dataset, "phase_of"):  # SFT curriculum: which phase the step came from
+            row["data/phase"] = float(train_dataset.phase_of((consumed - 1) % len(train_dataset))[0])
         history.append({"step": iteration, **row})
         if iteration % t.logging.log_interval == 0 or iteration == t.train_iters:
             steps, last_logged = iteration - last_logged, iteration
@@ -187,6 +185,24 @@ def pretrain(
         save(iteration)
     logger.close()
     return history
+
+
+def resume_or_initialise(cfg: JobConfig, model, optimizer, scheduler):
+    """A run's own checkpoint (training.checkpoint.save) wins: a relaunch after a crash resumes there
+    with full state. Otherwise training.checkpoint.load initialises the run (weights only when
+    finetune is set or the checkpoint has no optimizer, e.g. converted from HF). Returns the
+    LoadedState, or None for a fresh start."""
+    from vepo_mcore.training.checkpointing import load_checkpoint, resolve_checkpoint
+
+    ckpt = cfg.training.checkpoint
+    if ckpt.save and resolve_checkpoint(ckpt.save) is not None:
+        return load_checkpoint(ckpt.save, model, optimizer, scheduler)
+    if ckpt.load:
+        state = load_checkpoint(ckpt.load, model, optimizer, scheduler, finetune=ckpt.finetune)
+        if state is None:
+            raise FileNotFoundError(f"training.checkpoint.load={ckpt.load} holds no checkpoint")
+        return state
+    return None
 
 
 def default_datasets(cfg: JobConfig) -> tuple[Sequence[dict], Sequence[dict] | None, str]:
