@@ -94,3 +94,41 @@ def test_sanity_systems_and_hypothesis_files(tmp_path):
         system_hypotheses("hyp-dir", Direction("th", "en"), ["s"], ["r"], tmp_path)
     with pytest.raises(ValueError, match="known: hyp-dir, reference, copy-source"):
         system_hypotheses("oracle", d, ["s"], ["r"])
+
+
+def test_translate_through_the_fake_sglang_rollout_engine(tmp_path):
+    """The real engine wiring: SGLangEngine over the fake sglang.Engine (a tiny random Qwen2 with the
+    full Qwen2.5 vocabulary), greedy; hypotheses equal decoding the engine's own response ids."""
+    import torch
+
+    from vepo_mcore.checkpoint.hf import model_config_from_hf, read_hf_config
+    from vepo_mcore.checkpoint.testing import tiny_qwen2_hf
+    from vepo_mcore.config import JobConfig
+    from vepo_mcore.eval.translate import greedy_sampling
+    from vepo_mcore.rl.rollout.fake_sglang import fake_backend
+    from vepo_mcore.rl.rollout.sglang_engine import SGLangEngine
+
+    tok = load_tokenizer()
+    torch.set_num_threads(1)
+    tiny_qwen2_hf(tmp_path / "hf", vocab_size=len(tok), num_layers=1)
+    cfg = JobConfig()
+    cfg.model = model_config_from_hf(read_hf_config(tmp_path / "hf"), vocab_size=len(tok))
+    engine = SGLangEngine(cfg, fake_backend(), model_path=tmp_path / "hf", tokenizer=tok, name="fake_sglang")
+    sources = ["Hello world.", "Good morning, friends."]
+    direction = Direction("en", "th")
+    sampling = greedy_sampling(tok, max_new_tokens=5)
+    hyps = translate_direction(
+        engine, direction, sources, tokenizer=tok, sampling=sampling, cache_dir=tmp_path / "h"
+    )
+    prompts = [
+        Sample(prompt_ids=tok.encode(format_prompt(direction, s, tok)), src_lang="en", tgt_lang="th")
+        for s in sources
+    ]
+    direct = engine.generate(prompts, sampling)
+    engine.shutdown()
+    assert [s.finish_reason in ("stop", "length") for s in direct] == [True, True]
+    expected = [
+        " ".join(tok.decode(s.response_ids, skip_special_tokens=True).split("\n")).strip() for s in direct
+    ]
+    assert hyps == expected and any(hyps)
+    assert system_hypotheses("hyp-dir", direction, sources, sources, tmp_path / "h") == hyps

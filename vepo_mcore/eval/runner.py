@@ -161,7 +161,7 @@ def score_all(
         scored = [score_direction(t) for t in _progress(ordered, len(tasks), progress, "metrics")]
     else:
         with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-            chunk = max(1, math.ceil(len(tasks) / (2 * workers)))
+            chunk = max(1, math.ceil(len(tasks) / (4 * workers)))
             scored = list(
                 _progress(
                     pool.map(score_direction, ordered, chunksize=chunk),

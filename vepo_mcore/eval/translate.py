@@ -5,9 +5,10 @@ Systems (a registry; `--system NAME`):
   reference    the reference itself (upper bound: BLEU 100, chrF 100)
   copy-source  the untranslated source (lower bound; measures script/vocabulary overlap)
 
-Model translation goes through `translate_direction(engine, ...)`: any rollout engine with
-`generate(prompts: list[Sample], sampling) -> list[Sample]` (the embedded CPU engine or SGLang
-from the RL trainer). Prompts are ChatML built from one configurable template; hypotheses are
+Model translation goes through `translate_direction(engine, ...)`: any rollout engine of
+vepo_mcore.rl.rollout (embedded Megatron sampler, SGLang) with
+`generate(prompts: list[Sample], sampling: SamplingParams) -> list[Sample]`; prompts carry the
+ChatML text and its token ids, the response text is the hypothesis. Prompts are ChatML built from one configurable template; hypotheses are
 cached per direction so an interrupted run resumes where it stopped.
 """
 
@@ -58,6 +59,15 @@ def format_prompt(
     return tokenizer.apply_chat(messages, add_generation_prompt=True)
 
 
+def greedy_sampling(tokenizer, max_new_tokens: int = 256):
+    """Greedy SamplingParams stopping at <|im_end|> / <|endoftext|> (the rollout engines' type)."""
+    from vepo_mcore.rl.rollout.base import SamplingParams
+
+    return SamplingParams(
+        temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=tuple(tokenizer.stop_ids)
+    )
+
+
 def clean_hypothesis(text: str) -> str:
     """One line per hypothesis: newlines inside a response become spaces; ends stripped."""
     return " ".join(text.split("\n")).strip()
@@ -84,8 +94,11 @@ def translate_direction(
 
     With `cache_dir`, finished batches are appended to {dir}.partial.jsonl and the complete
     result is written to {dir}.txt; a rerun returns {dir}.txt or resumes after the last
-    finished batch. `sampling` is passed to the engine unchanged (greedy or sampled).
+    finished batch. `sampling` is passed to the engine unchanged (greedy or sampled); None means
+    greedy decoding up to 256 new tokens, stopping at the tokenizer's stop ids.
     """
+    if sampling is None:
+        sampling = greedy_sampling(tokenizer)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     n = len(sources)
