@@ -43,6 +43,7 @@ def _crash_body(rank, world, save: str):
     from vepo_mcore.training import checkpointing
     from vepo_mcore.training.forward import forward_step
     from vepo_mcore.training.loop import train_step
+    from vepo_mcore.training.optimizer import unwrap
     from vepo_mcore.training.sampler import micro_batches
     from vepo_mcore.training.synthetic import SyntheticTokens
 
@@ -103,13 +104,20 @@ def _crash_body(rank, world, save: str):
     assert (Path(save) / "iter_0000003" / "config.yaml").is_file()
     assert (Path(save) / "iter_0000003" / "tokenizer" / "tokenizer.json").is_file()
 
-    # Weights-only checkpoint (what HF conversion writes): loads the model, starts at iteration 0.
+    assert (Path(save) / "config.yaml").is_file() and (Path(save) / "tokenizer" / "tokenizer.json").is_file()
+
+    # Weights-only checkpoints load the model and start at iteration 0: ours with optimizer=None,
+    # and the layout HF conversion writes (vepo_mcore.checkpoint.convert).
+    from vepo_mcore.checkpoint.convert import save_megatron_checkpoint
+
     checkpointing.save_checkpoint(f"{save}/weights", 0, model2)
-    model3, optimizer3, scheduler3 = _build(cfg)
-    state = checkpointing.load_checkpoint(f"{save}/weights/iter_0000000", model3, optimizer3, scheduler3)
-    assert state.iteration == 0
-    for k, v in _weights(model3).items():
-        assert torch.equal(v, saved[k]), k
+    save_megatron_checkpoint(unwrap(model2), f"{save}/converted/iter_0000000")
+    for path in (f"{save}/weights/iter_0000000", f"{save}/converted/iter_0000000"):
+        model3, optimizer3, scheduler3 = _build(cfg)
+        state = checkpointing.load_checkpoint(path, model3, optimizer3, scheduler3)
+        assert state.iteration == 0 and state.consumed_samples == 0
+        for k, v in _weights(model3).items():
+            assert torch.equal(v, saved[k]), (path, k)
 
 
 def test_crash_during_save_keeps_latest_and_resume_works(tmp_path):

@@ -12,6 +12,8 @@ On-disk layout (everything a resume or a conversion needs, nothing else):
                            config (as a dict), format_version, has_optimizer
         config.yaml        the JobConfig of the run (rank 0)
         tokenizer/         the tokenizer files of the run, when a tokenizer directory is given
+    <save>/config.yaml, <save>/tokenizer/      the same, beside the checkpoints (the layout
+                                                vepo_mcore.checkpoint.convert reads and writes)
 
 Atomicity: every rank writes into `iter_XXXXXXX.tmp`; after a barrier rank 0 adds the config
 and tokenizer, renames the directory to `iter_XXXXXXX` and only then replaces the `latest`
@@ -210,10 +212,12 @@ def save_checkpoint(
     _barrier()
 
     if _rank() == 0:
-        if config is not None:
-            save_config(config, tmp / "config.yaml")
-        if tokenizer_dir is not None:
-            copy_tokenizer(tokenizer_dir, tmp / "tokenizer")
+        # Inside the iteration (self-contained) and beside it (where tools/convert_hf.py looks).
+        for where in (tmp, save_dir):
+            if config is not None:
+                save_config(config, where / "config.yaml")
+            if tokenizer_dir is not None:
+                copy_tokenizer(tokenizer_dir, where / "tokenizer")
         if final.exists():  # re-saving an iteration: the old copy goes only once the new one is whole
             shutil.rmtree(final)
         os.replace(tmp, final)
