@@ -117,3 +117,30 @@ def test_registry_errors():
 
     with pytest.raises(ValueError, match="returned 1 values for 2 samples"):
         rlvr_reward([Sample(), Sample()], RewardsConfig(mt="none", weights={"test_wrong_len": 1.0}))
+
+
+def test_config_validation_names_the_field():
+    RewardsConfig().validate()
+    for bad, match in [
+        (dict(length_interval=(2.0, 0.5)), "length_interval"),
+        (dict(clip=0.0), "clip"),
+        (dict(lid_threshold=1.5), "lid_threshold"),
+        (dict(mt="comet"), "comet_checkpoint"),
+        (dict(mix_threshold=2.0), "mix_threshold"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            RewardsConfig(**bad).validate()
+
+
+def test_builtin_terms_follow_the_one_argument_contract():
+    sample = Sample(
+        source=load_flores("en")[0],
+        response=load_flores("vi")[0],
+        reference=load_flores("vi")[0],
+        src_lang="en",
+        tgt_lang="vi",
+    )
+    for name in ("length", "format", "lid", "mixing", "mt"):
+        out = get_reward(name).fn([sample])  # cfg defaults to RewardsConfig()
+        values = out.values if isinstance(out, TermResult) else out
+        assert len(values) == 1 and math.isfinite(values[0])

@@ -47,6 +47,26 @@ class RewardsConfig:
     rm_checkpoint: str | None = None
     """Reward-model checkpoint (needed when mt = 'rm')."""
 
+    def validate(self) -> None:
+        """ValueErrors naming the field (called from the RL config's validate)."""
+        low, high = self.length_interval
+        if not 0 < low < high:
+            raise ValueError(
+                f"rl.rewards.length_interval must be (low, high) with 0 < low < high, got {self.length_interval}"
+            )
+        if self.clip <= 0:
+            raise ValueError(f"rl.rewards.clip must be positive, got {self.clip}")
+        if not 0 <= self.lid_threshold < 1:
+            raise ValueError(f"rl.rewards.lid_threshold must be in [0, 1), got {self.lid_threshold}")
+        if not 0 <= self.mix_threshold <= 1 or not 0 <= self.format_min_preserve <= 1:
+            raise ValueError("rl.rewards.mix_threshold and rl.rewards.format_min_preserve must be in [0, 1]")
+        if self.mt == "comet" and not self.comet_checkpoint:
+            raise ValueError(
+                "rl.rewards.mt = 'comet' needs rl.rewards.comet_checkpoint (wmt22-comet-da model.ckpt)"
+            )
+        if self.comet_batch_size < 1:
+            raise ValueError(f"rl.rewards.comet_batch_size must be >= 1, got {self.comet_batch_size}")
+
 
 @dataclass(kw_only=True)
 class FilterConfig:

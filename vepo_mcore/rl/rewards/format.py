@@ -171,8 +171,9 @@ def format_score(
 
 
 @register_reward("format", constraint="format")
-def format_reward(samples: list[Sample], cfg: RewardsConfig) -> TermResult:
+def format_reward(samples: list[Sample], cfg: RewardsConfig | None = None) -> TermResult:
     """r_fmt per sample; raw = preservation ratio; passed = all structure kept and nothing broken."""
+    cfg = cfg or RewardsConfig()
     scores = [format_score(s.source, s.response, cfg.format_w_preserve, cfg.format_w_broken) for s in samples]
     return TermResult(
         values=[score for score, *_ in scores],

@@ -62,8 +62,9 @@ def length_term(rho: float, interval: tuple[float, float] = (0.5, 2.0), sigma: f
 
 
 @register_reward("length", constraint="length")
-def length_reward(samples: list[Sample], cfg: RewardsConfig) -> TermResult:
+def length_reward(samples: list[Sample], cfg: RewardsConfig | None = None) -> TermResult:
     """r_len per sample; raw = rho; passed = rho inside cfg.length_interval."""
+    cfg = cfg or RewardsConfig()
     rhos = [length_ratio(s.source, s.response, s.src_lang, s.tgt_lang) for s in samples]
     low, high = cfg.length_interval
     return TermResult(

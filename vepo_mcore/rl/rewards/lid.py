@@ -97,8 +97,9 @@ def identify(text: str, tgt_lang: str, threshold: float = 0.8) -> LidResult:
 
 
 @register_reward("lid", constraint="lang")
-def lid_reward(samples: list[Sample], cfg: RewardsConfig) -> TermResult:
+def lid_reward(samples: list[Sample], cfg: RewardsConfig | None = None) -> TermResult:
     """r_lid per sample; raw = summed confidence of the accepted labels; passed = LID check."""
+    cfg = cfg or RewardsConfig()
     results = [identify(s.response, s.tgt_lang, cfg.lid_threshold) for s in samples]
     return TermResult(
         values=[1.0 if r.passed else -cfg.eta_lid for r in results],

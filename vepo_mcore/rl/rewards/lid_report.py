@@ -35,14 +35,14 @@ def _pass_rate(lines: list[str], code: str, threshold: float, max_chars: int | N
     return sum(identify(text, code, threshold).passed for text in texts) / len(texts)
 
 
-def lid_report(split: str = "devtest", threshold: float = 0.8) -> dict:
+def lid_report(split: str = "devtest", threshold: float = 0.8, max_lines: int | None = None) -> dict:
     """Per-language metrics and a confusion matrix (rows: true language; columns: top label as a
     project code, or 'other') over all FLORES lines of ``split``."""
     columns = list(LANGS) + ["other"]
     confusion = {code: dict.fromkeys(columns, 0) for code in LANGS}
     languages = {}
     for code in LANGS:
-        lines = load_flores(code, split)
+        lines = load_flores(code, split)[:max_lines]
         tops = [predict(line, k=1)[0][0] for line in lines]
         for top in tops:
             confusion[code][_CODE.get(top, "other")] += 1

@@ -89,8 +89,9 @@ def mixing_term(p_mix: float, threshold: float = 0.15, zeta: float = 5.0) -> flo
 
 
 @register_reward("mixing", constraint="mixing")
-def mixing_reward(samples: list[Sample], cfg: RewardsConfig) -> TermResult:
+def mixing_reward(samples: list[Sample], cfg: RewardsConfig | None = None) -> TermResult:
     """r_mix per sample; raw = p_mix; passed = p_mix <= cfg.mix_threshold."""
+    cfg = cfg or RewardsConfig()
     shares = [mixing_share(s.response, s.tgt_lang) for s in samples]
     return TermResult(
         values=[mixing_term(p, cfg.mix_threshold, cfg.zeta_mix) for p in shares],

@@ -82,8 +82,9 @@ def _references(samples: list[Sample], metric: str) -> list[str]:
 
 
 @register_reward("mt")
-def mt_reward(samples: list[Sample], cfg: RewardsConfig) -> TermResult | list[float]:
+def mt_reward(samples: list[Sample], cfg: RewardsConfig | None = None) -> TermResult | list[float]:
     """R_mt per sample, by cfg.mt: chrf | bleu | comet | rm | none."""
+    cfg = cfg or RewardsConfig()
     if cfg.mt == "none":
         return [0.0] * len(samples)
     if cfg.mt == "rm":
