@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from vepo_mcore.config import JobConfig, load_config
-from vepo_mcore.data.blend import build_cpt_datasets, language_blend, realised_language_share
-from vepo_mcore.data.sft import build_sft_datasets
+from vepo_mcore.data import build_datasets
+from vepo_mcore.data.blend import language_blend, realised_language_share
+from vepo_mcore.data.sft import SFTCurriculum
 from vepo_mcore.data.sft_build import default_sft_phases
 from vepo_mcore.languages import LANGS
 
@@ -32,7 +33,7 @@ def test_cpt_tiny_blend_is_english_half_and_builds(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert build_cpt_corpus.main(["--output-dir", "data/cpt_tiny"]) == 0
     samples = cfg.training.global_batch_size * cfg.training.train_iters
-    train, valid = build_cpt_datasets(cfg, samples, valid_samples=16)
+    train, valid = build_datasets(cfg, samples, valid_samples=16)
     assert len(train) >= samples and valid is not None
     share = realised_language_share(train, cfg.data, samples)
     assert share["en"] == pytest.approx(0.5, abs=0.02)
@@ -49,7 +50,8 @@ def test_sft_tiny_is_the_default_curriculum_and_builds(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     assert build_sft_data.main(["--output-dir", "data/sft_tiny", "--per-source", "60"]) == 0
-    curriculum = build_sft_datasets(cfg)
+    curriculum, valid = build_datasets(cfg, train_samples=0)
+    assert isinstance(curriculum, SFTCurriculum) and valid is None
     # The configured run consumes (about) the whole curriculum once.
     steps = len(curriculum) / cfg.training.global_batch_size
     assert 0.7 * cfg.training.train_iters <= steps <= 1.5 * cfg.training.train_iters
