@@ -4,10 +4,10 @@
   python tools/evaluate.py --system copy-source --directions e2x --max-sentences 100
   python tools/evaluate.py --hyp-dir new/ --baseline-hyp-dir old/ --out cmp/    # + paired bootstrap
   python tools/evaluate.py --hyp-dir hyps/ --eval.spm_model flores200.spm --eval.comet_checkpoint model.ckpt
+  python tools/evaluate.py --hf-model ckpt/hf --engine sglang --out reports/eval/vepo   # translate, then score
 
-Model translation (a Megatron or HF checkpoint through a rollout engine) plugs in through
-vepo_mcore.eval.translate.translate_direction once the engines exist; write its hypotheses to a
-directory and pass --hyp-dir.
+--hf-model translates greedily with a rollout engine (SGLang on GPU; fake_sglang runs tiny models on
+CPU) into OUT/hyps/{src}-{tgt}.txt, resuming finished directions, then scores them like --hyp-dir.
 """
 
 from __future__ import annotations

@@ -96,39 +96,42 @@ def test_sanity_systems_and_hypothesis_files(tmp_path):
         system_hypotheses("oracle", d, ["s"], ["r"])
 
 
-def test_translate_through_the_fake_sglang_rollout_engine(tmp_path):
-    """The real engine wiring: SGLangEngine over the fake sglang.Engine (a tiny random Qwen2 with the
-    full Qwen2.5 vocabulary), greedy; hypotheses equal decoding the engine's own response ids."""
+@pytest.mark.slow
+def test_hf_model_system_translates_through_the_fake_sglang_engine(tmp_path):
+    """The real engine wiring: run_evaluation with an 'hf-model' system served by SGLangEngine over the
+    fake sglang.Engine (a tiny random Qwen2 with the full Qwen2.5 vocabulary), greedy; the hypothesis
+    files equal decoding what the engine generates for the same ChatML prompts."""
     import torch
 
-    from vepo_mcore.checkpoint.hf import model_config_from_hf, read_hf_config
     from vepo_mcore.checkpoint.testing import tiny_qwen2_hf
-    from vepo_mcore.config import JobConfig
-    from vepo_mcore.eval.translate import greedy_sampling
-    from vepo_mcore.rl.rollout.fake_sglang import fake_backend
-    from vepo_mcore.rl.rollout.sglang_engine import SGLangEngine
+    from vepo_mcore.config.eval import EvalConfig
+    from vepo_mcore.eval.runner import EvalJob, SystemSpec, run_evaluation
+    from vepo_mcore.eval.translate import engine_from_hf, greedy_sampling
+    from vepo_mcore.languages import load_flores
 
     tok = load_tokenizer()
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    tiny_qwen2_hf(tmp_path / "hf", vocab_size=len(tok), num_layers=1)
-    cfg = JobConfig()
-    cfg.model = model_config_from_hf(read_hf_config(tmp_path / "hf"), vocab_size=len(tok))
-    engine = SGLangEngine(cfg, fake_backend(), model_path=tmp_path / "hf", tokenizer=tok, name="fake_sglang")
-    sources = ["Hello world.", "Good morning, friends."]
-    direction = Direction("en", "th")
-    sampling = greedy_sampling(tok, max_new_tokens=5)
-    hyps = translate_direction(
-        engine, direction, sources, tokenizer=tok, sampling=sampling, cache_dir=tmp_path / "h"
-    )
-    prompts = [
-        Sample(prompt_ids=tok.encode(format_prompt(direction, s, tok)), src_lang="en", tgt_lang="th")
-        for s in sources
-    ]
-    direct = engine.generate(prompts, sampling)
-    engine.shutdown()
-    assert [s.finish_reason in ("stop", "length") for s in direct] == [True, True]
+    try:
+        tiny_qwen2_hf(tmp_path / "hf", vocab_size=len(tok), num_layers=1)
+        system = SystemSpec(
+            kind="hf-model", model_path=str(tmp_path / "hf"), engine="fake_sglang", max_new_tokens=4
+        )
+        job = EvalJob(eval=EvalConfig(directions="en-th,th-en", max_sentences=2), system=system, out_dir=str(tmp_path / "out"),
+                      workers=1, progress=False, plots=False, constraints=False)  # fmt: skip
+        payload = run_evaluation(job)
+        assert payload["system"] == "hf" and [r["n"] for r in payload["directions"]] == [2, 2]
+        engine = engine_from_hf(tmp_path / "hf", "fake_sglang", tok)
+        direction = Direction("en", "th")
+        prompts = [
+            Sample(prompt_ids=tok.encode(format_prompt(direction, s, tok))) for s in load_flores("en")[:2]
+        ]
+        direct = engine.generate(prompts, greedy_sampling(tok, 4))
+        engine.shutdown()
+    finally:
+        torch.set_num_threads(threads)
     expected = [
         " ".join(tok.decode(s.response_ids, skip_special_tokens=True).split("\n")).strip() for s in direct
     ]
-    assert hyps == expected and any(hyps)
-    assert system_hypotheses("hyp-dir", direction, sources, sources, tmp_path / "h") == hyps
+    assert (tmp_path / "out" / "hyps" / "en-th.txt").read_text(encoding="utf-8").splitlines() == expected
+    assert any(expected)

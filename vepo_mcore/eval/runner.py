@@ -36,18 +36,29 @@ from vepo_mcore.eval.metrics import (
     score_from_stats,
     sentence_stats,
 )
-from vepo_mcore.eval.translate import system_hypotheses
+from vepo_mcore.eval.translate import DEFAULT_TEMPLATE, system_hypotheses
 from vepo_mcore.languages import load_flores
 
 
 @dataclass(kw_only=True)
 class SystemSpec:
-    """A system to evaluate: 'hyp-dir' (files in hyp_dir), 'reference' or 'copy-source'."""
+    """A system to evaluate: 'hyp-dir' (files in hyp_dir), 'reference', 'copy-source', or 'hf-model'
+    (translate with a rollout engine serving model_path first, into hyp_dir or out_dir/hyps)."""
 
     kind: str = "hyp-dir"
     hyp_dir: str | None = None
     name: str | None = None
     """Display name (defaults to the directory name or the kind)."""
+    model_path: str | None = None
+    """hf-model: Hugging Face Qwen2 directory."""
+    engine: str = "sglang"
+    """hf-model: rollout engine ('sglang' on GPU, 'fake_sglang' for tiny models on CPU)."""
+    tokenizer_path: str | None = None
+    """hf-model: tokenizer directory (default: model_path if it has tokenizer.json, else the shipped Qwen2.5)."""
+    template: str = DEFAULT_TEMPLATE
+    """hf-model: user-turn prompt template (fields src_name tgt_name src tgt source)."""
+    max_new_tokens: int = 256
+    batch_size: int = 64
 
     @property
     def label(self) -> str:
@@ -288,12 +299,46 @@ def _write_constraints(job: EvalJob, results: Sequence[DirectionResult], out: Pa
     return payload
 
 
+def _translate_with_model(job: EvalJob, spec: SystemSpec, directions: list[Direction], out: Path) -> None:
+    """Greedy translations of every direction into spec.hyp_dir, then read them as a hyp-dir system."""
+    from vepo_mcore.eval.translate import engine_from_hf, greedy_sampling, translate_directions
+    from vepo_mcore.tokenizer.tokenizer import load_tokenizer
+
+    if not spec.model_path:
+        raise ValueError("system 'hf-model' needs model_path (--hf-model DIR)")
+    tok_dir = spec.tokenizer_path
+    if tok_dir is None and (Path(spec.model_path) / "tokenizer.json").is_file():
+        tok_dir = spec.model_path
+    tokenizer = load_tokenizer(tok_dir)
+    spec.hyp_dir = spec.hyp_dir or str(out / "hyps")
+    spec.name = spec.name or Path(spec.model_path).name
+    engine = engine_from_hf(spec.model_path, spec.engine, tokenizer)
+    try:
+        translate_directions(
+            engine,
+            directions,
+            spec.hyp_dir,
+            tokenizer=tokenizer,
+            load=lambda d: _load_direction(job, d),
+            sampling=greedy_sampling(tokenizer, spec.max_new_tokens),
+            template=spec.template,
+            batch_size=spec.batch_size,
+            progress=job.progress,
+        )
+    finally:
+        engine.shutdown()
+    spec.kind = "hyp-dir"
+
+
 def run_evaluation(job: EvalJob) -> dict:
     """Evaluate job.system on the selected directions and write every report; returns the scores.json payload."""
     directions = parse_directions(job.eval.directions)
     metrics = tuple(job.metrics)
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for spec in (job.system, job.baseline):
+        if spec is not None and spec.kind == "hf-model":
+            _translate_with_model(job, spec, directions, out)
     with_constraints = job.constraints and _constraints_available()
     tasks = []
     for d in directions:

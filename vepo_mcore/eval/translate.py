@@ -200,3 +200,54 @@ def system_hypotheses(
     if system not in SYSTEMS:
         raise ValueError(f"unknown system {system!r}; known: hyp-dir, {', '.join(SYSTEMS)}")
     return SYSTEMS[system](direction, sources, references)
+
+
+def engine_from_hf(hf_dir: str | Path, engine: str = "sglang", tokenizer=None):
+    """A rollout engine serving a Hugging Face Qwen2 directory: 'sglang' (GPU) or 'fake_sglang' (CPU, tiny models)."""
+    from vepo_mcore.checkpoint.hf import model_config_from_hf, read_hf_config
+    from vepo_mcore.config import JobConfig
+    from vepo_mcore.rl.rollout.base import build_engine
+
+    cfg = JobConfig()
+    cfg.model = model_config_from_hf(read_hf_config(hf_dir), vocab_size=len(tokenizer) if tokenizer else None)
+    cfg.rl.rollout.engine = engine
+    return build_engine(cfg, tokenizer=tokenizer, model_path=hf_dir)
+
+
+def translate_directions(
+    engine: Engine,
+    directions: Sequence[Direction],
+    hyp_dir: str | Path,
+    *,
+    tokenizer,
+    load: Callable[[Direction], tuple[list[str], list[str]]],
+    sampling: Any = None,
+    template: str = DEFAULT_TEMPLATE,
+    system_prompt: str | None = None,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> Path:
+    """Translate every direction into hyp_dir/{src}-{tgt}.txt (the --hyp-dir layout), resuming finished work.
+
+    load(direction) -> (sources, references) as evaluated (split, max_sentences applied).
+    """
+    iterable = directions
+    if progress:
+        from tqdm import tqdm
+
+        iterable = tqdm(directions, desc="translate", unit="dir")
+    for direction in iterable:
+        sources, references = load(direction)
+        translate_direction(
+            engine,
+            direction,
+            sources,
+            tokenizer=tokenizer,
+            sampling=sampling,
+            references=references,
+            template=template,
+            system_prompt=system_prompt,
+            batch_size=batch_size,
+            cache_dir=hyp_dir,
+        )
+    return Path(hyp_dir)
