@@ -204,8 +204,8 @@ def mixture_order(
 
     num_samples > 0: counts per source by weight (largest remainder); each source cycles through
     seeded permutations of its conversations. num_samples == 0: every conversation once.
-    The sources are interleaved greedily (always the one furthest behind its share), so every
-    prefix of the order keeps the ratios, like megatron's blending index.
+    The sources are interleaved evenly, so every prefix of the order keeps the ratios (within
+    one conversation per source), as megatron's blending index does for CPT.
     """
     names = list(sizes)
     if any(sizes[name] <= 0 for name in names):
@@ -223,16 +223,14 @@ def mixture_order(
         epochs = -(-int(counts[k]) // sizes[name])
         perm = np.concatenate([rng.permutation(sizes[name]) for _ in range(max(epochs, 1))])
         draws.append(perm[: counts[k]])
-    target = counts / max(counts.sum(), 1)
-    taken = np.zeros(len(names), dtype=np.int64)
-    order = []
-    for step in range(int(counts.sum())):
-        behind = target * (step + 1) - taken
-        behind[taken >= counts] = -np.inf
-        k = int(np.argmax(behind))
-        order.append((names[k], int(draws[k][taken[k]])))
-        taken[k] += 1
-    return order
+    # Item j of source k sits at (j + 0.5) / count_k of the way through the phase; sorting by
+    # that position interleaves the sources so any prefix is within one item per source of the
+    # target ratios (vectorised: a 7M-sample phase sorts in seconds).
+    keys = np.concatenate([(np.arange(c) + 0.5) / c for c in counts if c > 0])
+    source_of = np.concatenate([np.full(c, k) for k, c in enumerate(counts) if c > 0])
+    item_of = np.concatenate([draws[k] for k, c in enumerate(counts) if c > 0])
+    order = np.argsort(keys, kind="stable")
+    return [(names[int(source_of[i])], int(item_of[i])) for i in order]
 
 
 # ---------------------------------------------------------------- datasets
