@@ -151,7 +151,9 @@ class _FusedLogprobEntropy(torch.autograd.Function):
         target_grad = torch.where(in_shard, grad_logp, torch.zeros_like(grad_logp))
         rows = min(chunk_size, n)
         z_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
-        p_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
+        # when the logits already are in the compute dtype, p and the gradient live in `grad` itself
+        in_place = logits.dtype == cdt
+        p_buf = None if in_place else torch.empty(rows, valid, dtype=cdt, device=dev)
         for start in range(0, n, chunk_size):
             sl = slice(start, min(n, start + chunk_size))
             c = sl.stop - sl.start
@@ -159,7 +161,7 @@ class _FusedLogprobEntropy(torch.autograd.Function):
             # the top-k set is decided in the same shifted space, bit-identical to forward's
             selected = zs >= top_thr[sl].unsqueeze(-1) if top_thr is not None else None
             logp_all = zs.sub_(log_sum[sl].unsqueeze(-1))  # log p_j, in place
-            p = torch.exp(logp_all, out=p_buf[:c])
+            p = torch.exp(logp_all, out=grad[sl, :valid] if in_place else p_buf[:c])
             g_lp, g_h = grad_logp[sl].unsqueeze(-1), grad_entropy[sl].unsqueeze(-1)
             if top_thr is None:
                 # -p * (g_lp + g_h * (log p + H))
@@ -172,7 +174,8 @@ class _FusedLogprobEntropy(torch.autograd.Function):
             g[torch.arange(c, device=dev), safe_targets[sl]] += target_grad[sl]
             if temperature != 1.0:
                 g.div_(temperature)
-            grad[sl, :valid] = g
+            if not in_place:
+                grad[sl, :valid] = g
         return (grad, *nones)
 
 
