@@ -2,7 +2,7 @@
 the naive fp32 log_softmax + gather + entropy and against megatron.core's vocab_parallel_cross_entropy
 followed by a separate entropy. Forward + backward through both outputs, at temperature 0.7.
 
-    .venv/bin/python benchmarks/logprob_entropy_memory.py --tokens 2048 --vocab 152064 --dtype bf16
+    .venv/bin/python benchmarks/logprob_entropy_memory.py --tokens 2048 --chunk-size 256 --dtype bf16
 
 Each method runs in a fresh subprocess. On CPU, peak memory is the peak RSS (ru_maxrss) minus the RSS
 after the inputs exist; on CUDA it is torch.cuda.max_memory_allocated minus the memory allocated after
