@@ -156,3 +156,17 @@ def test_cli_uses_megatron_naming_per_language(tmp_path, capsys):
     bad = write_jsonl(tmp_path / "bad.jsonl", ["{oops"])
     assert preprocess_data.main(["--input", str(bad), "--output-prefix", str(out), "--no-progress"]) == 1
     assert f"{bad}:1: bad JSON" in capsys.readouterr().err
+
+
+def test_add_many_writes_the_same_files_as_add(tmp_path):
+    from vepo_mcore.data.indexed import DocumentWriter
+
+    docs = expected(DOCS)
+    with DocumentWriter(tmp_path / "one", vocab_size=151665) as w:
+        for d in docs:
+            w.add(d)
+    with DocumentWriter(tmp_path / "many", vocab_size=151665) as w:
+        w.add_many(np.concatenate(docs[:4]), [len(d) for d in docs[:4]])
+        w.add_many(np.concatenate(docs[4:]), [len(d) for d in docs[4:]])
+    for suffix in (".bin", ".idx"):
+        assert (tmp_path / f"one{suffix}").read_bytes() == (tmp_path / f"many{suffix}").read_bytes()

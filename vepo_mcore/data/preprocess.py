@@ -300,10 +300,7 @@ def preprocess(
                     if len(summary.skipped_examples) < max_skipped_examples:
                         summary.skipped_examples.append(f"{where}: {reason}")
                 summary.empty += empty
-                offset = 0
-                for length in lengths:
-                    writer.add(flat[offset : offset + length])
-                    offset += length
+                writer.add_many(flat, lengths)
                 if bar is not None:
                     bar.update(len(lengths))
                     elapsed = max(time.perf_counter() - start, 1e-9)
