@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vepo_mcore.rl.logprobs import logprobs_and_entropy, reference_logprobs_and_entropy
 
@@ -155,3 +157,26 @@ def test_backward_keeps_nothing_vocab_sized_but_the_logits():
         lp, h = logprobs_and_entropy(x, targets, 0.7, 8, 60)
     big = [numel for ptr, numel in saved if numel > 40 and ptr != x.data_ptr()]
     assert saved and not big, big
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 20),
+    padded=st.integers(2, 24),
+    data=st.data(),
+    chunk=st.integers(1, 25),
+    temperature=st.floats(0.3, 3.0),
+    topk=st.sampled_from([None, 0.1, 0.5]),
+)
+def test_random_shapes_match_reference(n, padded, data, chunk, temperature, topk):
+    vocab = data.draw(st.integers(1, padded))
+    logits, targets = _inputs(n=n, padded=padded, vocab=vocab, seed=n * 31 + padded)
+    x = logits.double().requires_grad_(True)
+    lp, h = logprobs_and_entropy(x, targets, temperature, chunk, vocab, topk_frac=topk)
+    (lp.sum() + 0.5 * h.sum()).backward()
+    y = logits.double().requires_grad_(True)
+    ref_lp, ref_h = reference_logprobs_and_entropy(y, targets, temperature, vocab, topk)
+    (ref_lp.sum() + 0.5 * ref_h.sum()).backward()
+    torch.testing.assert_close(lp, ref_lp, atol=1e-10, rtol=0)
+    torch.testing.assert_close(h, ref_h, atol=1e-10, rtol=0)
+    torch.testing.assert_close(x.grad, y.grad, atol=1e-10, rtol=0)
