@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from datetime import timedelta
 
 import torch
@@ -37,6 +38,10 @@ def init_distributed(
     """
     if not has_cuda():
         install_cpu_shim()
+    # megatron's torch_dist checkpoints still use torch's ShardedTensor/load_state_dict APIs.
+    warnings.filterwarnings(
+        "ignore", category=FutureWarning, message=".*(DTensor instead|load_state_dict.*deprecated).*"
+    )
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     rank = int(os.environ.get("RANK", 0)) if rank is None else rank
