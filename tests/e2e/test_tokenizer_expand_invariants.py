@@ -1,8 +1,10 @@
 """Expanded tokenizer invariants (SPEC section 1) on FLORES-200 devtest, with full en/zh protection.
 
-One expansion (th, ms, my, fil; 200 tokens each; FLORES dev) is built per module: the protection
-(~300k wordfreq words per language in 6 spellings) is the slow part and must be complete, since the
-English test demands that zero devtest lines change.
+One expansion is built per module: ms, fil, id with the full 4,000-token budget (they are the ones
+whose merges reach English words) and th, my with 300 tokens (scripts with combining marks, non-NFC
+Burmese lines). Protection uses the top 60k wordfreq words per language instead of all ~320k to keep
+the test near a minute; measured on this configuration, 20k words leave 1 English devtest line changed
+and 60k leave none (the tool uses all of them).
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ from vepo_mcore.tokenizer.expand import MANIFEST, expand_tokenizer, file_sha256
 from vepo_mcore.tokenizer.verify import verify_tokenizer_dir
 
 BASE = 151_665
-EXPANDED = ("th", "ms", "my", "fil")
-N_TOKENS = 200
+BUDGETS = {"th": 300, "ms": 4000, "my": 300, "fil": 4000, "id": 4000}
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +31,8 @@ def expanded_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("expanded")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TOKENIZERS_PARALLELISM", "true")  # protection encodes ~2.6M short texts
-        corpora = {lang: [flores_path(lang, "dev")] for lang in EXPANDED}
-        expand_tokenizer(default_tokenizer_dir(), corpora, n_tokens=N_TOKENS).save(out)
+        corpora = {lang: [flores_path(lang, "dev")] for lang in BUDGETS}
+        expand_tokenizer(default_tokenizer_dir(), corpora, n_tokens=BUDGETS, protect_words=60_000).save(out)
     return out
 
 
@@ -65,17 +66,19 @@ def test_roundtrip_is_nfc(expanded, lang):
 
 def test_expansion_compresses_and_manifest(base, expanded, expanded_dir):
     manifest = json.loads((expanded_dir / MANIFEST).read_text())
-    assert manifest["vocab_size"] == BASE + len(EXPANDED) * N_TOKENS == expanded.get_vocab_size()
     next_id = BASE
-    for lang in EXPANDED:
+    for lang in ("th", "ms", "my", "fil", "id"):  # EXPANDED_LANGS order: ids are contiguous per language
         entry = manifest["languages"][lang]
-        assert (entry["first_id"], entry["count"]) == (next_id, N_TOKENS)
+        assert entry["first_id"] == next_id and 0 < entry["count"] <= BUDGETS[lang]
         assert entry["sources"][0]["sha256"] == file_sha256(flores_path(lang, "dev"))
-        next_id += N_TOKENS
+        next_id += entry["count"]
         lines = load_flores(lang, "devtest")
         base_n = sum(map(len, _ids(base, lines)))
         new_n = sum(map(len, _ids(expanded, lines)))
-        assert new_n < base_n * (0.97 if lang in ("ms", "fil") else 0.7), lang
+        assert new_n < base_n * (0.9 if lang in ("ms", "fil", "id") else 0.7), lang
+    assert manifest["vocab_size"] == next_id == expanded.get_vocab_size()
+    for lang in ("th", "my"):
+        assert manifest["languages"][lang]["count"] == BUDGETS[lang]
 
 
 def test_special_tokens_keep_ids(base, expanded):
@@ -115,9 +118,10 @@ def test_transformers_autotokenizer_matches(expanded, expanded_dir):
 def test_project_wrapper_loads_unchanged(expanded_dir):
     """Item 6: the CPT tools load the expanded directory through load_tokenizer with no other change."""
     tok = load_tokenizer(expanded_dir)
-    assert tok.vocab_size == BASE + len(EXPANDED) * N_TOKENS
+    manifest = json.loads((expanded_dir / MANIFEST).read_text())
+    assert tok.vocab_size == BASE + sum(entry["count"] for entry in manifest["languages"].values())
     assert (tok.eod_id, tok.im_start_id, tok.im_end_id) == (151_643, 151_644, 151_645)
     assert max(tok.encode(load_flores("my", "devtest")[0])) >= BASE
-    report = verify_tokenizer_dir(expanded_dir)
-    assert report["new_tokens"] == len(EXPANDED) * N_TOKENS
+    report = verify_tokenizer_dir(expanded_dir, langs=("en", "th", "my"))  # all 10 are covered above
+    assert report["new_tokens"] == tok.vocab_size - BASE
     assert sum(report["invariants"]["roundtrip_failures"].values()) == 0

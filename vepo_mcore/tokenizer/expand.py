@@ -192,7 +192,7 @@ class ExpansionResult:
     tokenizer_json: dict
     base_dir: Path
     pretokenizer: str
-    n_tokens: int
+    n_tokens: int | dict[str, int]
     min_frequency: int
     languages: list[LanguageExpansion]
     protection: dict
@@ -264,7 +264,7 @@ def _with_added_tokens_in_vocab(tokenizer_json: dict) -> dict:
 def expand_tokenizer(
     base_dir: str | Path,
     corpora: Mapping[str, Sequence[str | Path]],
-    n_tokens: int = 4000,
+    n_tokens: int | Mapping[str, int] = 4000,
     pretokenizer: str = DEFAULT_PRETOKENIZER,
     min_frequency: int = 2,
     max_lines: int | None = None,
@@ -275,6 +275,7 @@ def expand_tokenizer(
     """Learn and append `n_tokens` new tokens per language (fewer if pairs run below min_frequency).
 
     corpora: language code -> corpus files (.txt/.jsonl), processed in EXPANDED_LANGS order.
+    n_tokens: one budget for every language, or language -> budget.
     protection: precomputed protected_pairs (to reuse across runs); computed when None.
     protect_words: wordfreq words per protected language (tests use fewer to run faster).
     """
@@ -284,6 +285,8 @@ def expand_tokenizer(
             raise ValueError(
                 f"language {lang!r} is not expanded; expected one of {', '.join(EXPANDED_LANGS)}"
             )
+    if isinstance(n_tokens, Mapping) and set(n_tokens) != set(corpora):
+        raise ValueError(f"n_tokens has budgets for {sorted(n_tokens)} but corpora for {sorted(corpora)}")
     base_dir = Path(base_dir)
     data = _with_added_tokens_in_vocab(set_pretokenizer(read_tokenizer_json(base_dir), pretokenizer))
     if len(data["model"]["vocab"]) != BASE_VOCAB_SIZE:
@@ -327,9 +330,10 @@ def expand_tokenizer(
             sources.append({"path": str(path), "sha256": file_sha256(path), "lines": lines})
         segmented = segment_words(current, words)
         first_id = len(strings)
-        with tqdm(total=n_tokens, desc=f"{lang} merges", unit="tok", leave=False, disable=None) as bar:
+        budget = n_tokens[lang] if isinstance(n_tokens, Mapping) else n_tokens
+        with tqdm(total=budget, desc=f"{lang} merges", unit="tok", leave=False, disable=None) as bar:
             merges = learn_merges(
-                segmented, strings, n_tokens, min_frequency, banned, on_merge=lambda _: bar.update()
+                segmented, strings, budget, min_frequency, banned, on_merge=lambda _: bar.update()
             )
         for a, b in merges:
             token = strings[a] + strings[b]
@@ -349,7 +353,8 @@ def expand_tokenizer(
         "texts": len(protection_texts(tuple(protect), protect_words)) if protect else 0,
         "banned_pairs": len(banned),
     }
-    return ExpansionResult(data, base_dir, pretokenizer, n_tokens, min_frequency, languages, info)
+    budgets = dict(n_tokens) if isinstance(n_tokens, Mapping) else n_tokens
+    return ExpansionResult(data, base_dir, pretokenizer, budgets, min_frequency, languages, info)
 
 
 def default_corpora() -> dict[str, list[Path]]:
