@@ -1,4 +1,5 @@
-"""The training loop across processes: exact resume (bitwise, DP=2, plain and distributed optimizer),
+"""The training loop across processes: exact resume (bitwise; DP=2 with the plain and the distributed
+optimizer, and bf16),
 resume into another DP size, from TP=2 into TP=1 and from PP=1 into PP=2 (pipelined schedule),
 and the exact token average of the loss across micro-batches and DP ranks (checked against a
 naive float64 computation)."""
@@ -70,6 +71,11 @@ def _resume_one_process(rank, world, tmp):
     _train(_cfg(f"{tmp}/dp1", 4, load=f"{tmp}/half/iter_0000002"), f"{tmp}/dp1.json")
     _train(_cfg(f"{tmp}/dp1_do", 4, dist_opt=True, load=f"{tmp}/half_do/iter_0000002"), f"{tmp}/dp1_do.json")
     _train(_cfg(f"{tmp}/tp1", 4, load=f"{tmp}/tp2_half/iter_0000002"), f"{tmp}/tp1.json")
+    # bf16 (Float16Module + fp32 master weights in the optimizer state), resumed in-process.
+    for name, iters in (("full_bf16", 4), ("half_bf16", 2), ("half_bf16", 4)):
+        cfg = _cfg(f"{tmp}/{name}", iters)
+        cfg.training.bf16 = True
+        _train(cfg, f"{tmp}/{'resumed_bf16' if iters == 4 and name == 'half_bf16' else name}.json")
     _naive_first_step(tmp)
 
 
@@ -108,7 +114,7 @@ def test_resume_exact_and_into_other_layouts(tmp_path):
     run_processes(_resume_one_process, 1, args=(tmp,))
     keys = ("train/loss", "train/grad_norm", "train/lr")
 
-    for suffix in ("", "_do"):
+    for suffix in ("", "_do", "_bf16"):
         full, resumed = _load(f"{tmp}/full{suffix}.json"), _load(f"{tmp}/resumed{suffix}.json")
         assert [r["step"] for r in resumed] == [3, 4]
         for a, b in zip(full[2:], resumed):

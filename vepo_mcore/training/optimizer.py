@@ -21,15 +21,21 @@ from vepo_mcore.parallel.device import has_cuda
 
 
 def wrap_model(model: torch.nn.Module, cfg: JobConfig):
-    """Wrap this rank's GPTModel stage in megatron.core DistributedDataParallel and wire the
-    model config for the schedules (grad finalisation, per-token loss scaling)."""
+    """Wrap this rank's GPTModel stage (in Float16Module under bf16) in megatron.core
+    DistributedDataParallel and wire the model config for the schedules (grad finalisation,
+    per-token loss scaling)."""
     from megatron.core.distributed import (
         DistributedDataParallel,
         DistributedDataParallelConfig,
         finalize_model_grads,
     )
+    from megatron.core.transformer.module import Float16Module
 
     config = model.config
+    if config.bf16 or config.fp16:
+        # Megatron-LM's mixed-precision wrapper: every parameter in half precision (the local
+        # spec's norms would stay fp32 otherwise), fp32 loss out of the last stage.
+        model = Float16Module(config, model)
     config.calculate_per_token_loss = True
     config.finalize_model_grads_func = finalize_model_grads
     ddp_config = DistributedDataParallelConfig(
