@@ -16,6 +16,7 @@ from vepo_mcore.data.sft import (
     CurriculumIterator,
     block_causal_mask,
     build_sft_datasets,
+    cu_seqlens,
     mixture_order,
     pack_conversations,
     read_conversations,
@@ -88,6 +89,19 @@ def test_block_causal_mask_matches_naive_loop():
                 allowed = j <= i and segments[b, i] == segments[b, j]
                 assert bool(mask[b, 0, i, j]) == (not allowed)
     assert not mask.all(dim=-1).any()  # no fully masked row (softmax would give NaN)
+
+
+def test_cu_seqlens_marks_every_conversation_and_row():
+    segments = torch.tensor([[0, 0, 0, 1, 1, 2, -1, -1], [0, 0, 0, 0, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1, 1]])
+    # Naive: walk the tokens, cut at each row start and segment change.
+    cuts, previous = [], None
+    for b in range(3):
+        for i in range(8):
+            if i == 0 or segments[b, i] != previous:
+                cuts.append(b * 8 + i)
+            previous = segments[b, i]
+    assert cu_seqlens(segments).tolist() == cuts + [24]
+    assert cu_seqlens(segments).dtype == torch.int32
 
 
 def test_padding_mode_and_truncation():

@@ -186,6 +186,22 @@ def block_causal_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     return (~(same & causal)).unsqueeze(-3)
 
 
+def cu_seqlens(segment_ids: torch.Tensor) -> torch.Tensor:
+    """segment_ids [b, s] -> cumulative sequence lengths [n + 1] int32 of the b*s tokens laid end to end.
+
+    A new sequence starts at every row start and every change of segment id (padding is a
+    sequence of its own). This is what megatron's PackedSeqParams (cu_seqlens_q/kv, THD
+    format) wants on the Transformer Engine path, where no [s, s] mask is built.
+    """
+    b, s = segment_ids.shape
+    flat = segment_ids.reshape(-1)
+    starts = torch.ones_like(flat, dtype=torch.bool)
+    starts[1:] = flat[1:] != flat[:-1]
+    starts[::s] = True
+    idx = torch.nonzero(starts).reshape(-1)
+    return torch.cat([idx, torch.tensor([b * s], device=idx.device)]).to(torch.int32)
+
+
 # ---------------------------------------------------------------- mixing
 
 
