@@ -1,0 +1,12 @@
+"""The training loop shared by CPT, SFT and RL (megatron.core schedules, DDP, optimizer, checkpoints).
+
+    loop.py           pretrain(cfg) for a whole run; train_step(...) for one optimizer step (RL reuses it)
+    forward.py        forward_step(data_iterator, model) -> (output, loss_func) with exact token averaging
+    optimizer.py      wrap_model (Float16Module + DDP), build_optimizer, build_scheduler
+    checkpointing.py  save_checkpoint / load_checkpoint: atomic torch_dist checkpoints with full resume state
+    sampler.py        which samples a DP rank reads, as a function of the global data position
+    logging.py        MetricsLogger: rank-0 progress bar, tensorboard, JSONL, tokens/s, ETA, MFU
+    synthetic.py      SyntheticTokens, a random-token dataset in GPTDataset's sample format
+
+Submodules import megatron.core lazily; importing this package is cheap.
+"""

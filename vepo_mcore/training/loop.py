@@ -223,8 +223,8 @@ def default_datasets(cfg: JobConfig) -> tuple[Sequence[dict], Sequence[dict] | N
         raise ValueError(f"data.mode must be 'cpt' or 'sft', got {cfg.data.mode!r}")
     from vepo_mcore.data.blend import build_cpt_datasets
 
-    evaluations = t.train_iters // t.eval_interval if t.eval_interval else 0
-    valid_samples = evaluations * t.eval_iters * t.global_batch_size
+    # Every evaluation reads the same first eval_iters global batches of the valid split.
+    valid_samples = t.eval_iters * t.global_batch_size if t.eval_interval else 0
     train, valid = build_cpt_datasets(cfg, t.global_batch_size * t.train_iters, valid_samples)
     return train, valid, tokenizer_dir
 
