@@ -8,10 +8,13 @@ else is data from the rollout. Fields a loss does not need may stay None.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+TOKEN_FIELDS = ("old_logp", "mask", "entropy", "ref_logp", "advantages", "values", "old_values", "returns")
+"""Fields that must have logp's [B, T] shape."""
 
 
 @dataclass(kw_only=True)
@@ -57,26 +60,11 @@ class RLBatch:
         shape = self.logp.shape
         if self.logp.dim() != 2:
             raise ValueError(f"RLBatch.logp must be [B, T], got shape {tuple(shape)}")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if (
-                f.name
-                in (
-                    "logp",
-                    "old_logp",
-                    "mask",
-                    "entropy",
-                    "ref_logp",
-                    "advantages",
-                    "values",
-                    "old_values",
-                    "returns",
-                )
-                and value is not None
-                and value.shape != shape
-            ):
+        for name in TOKEN_FIELDS:
+            value = getattr(self, name)
+            if value is not None and value.shape != shape:
                 raise ValueError(
-                    f"RLBatch.{f.name} has shape {tuple(value.shape)}, expected {tuple(shape)} like logp"
+                    f"RLBatch.{name} has shape {tuple(value.shape)}, expected {tuple(shape)} like logp"
                 )
         if self.rewards is not None and self.rewards.shape not in (shape[:1], shape):
             raise ValueError(
@@ -89,6 +77,3 @@ class RLBatch:
     def fmask(self) -> torch.Tensor:
         """The mask as a float tensor in logp's dtype."""
         return self.mask.to(self.logp.dtype)
-
-    def num_tokens(self) -> torch.Tensor:
-        return self.mask.sum()
