@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from vepo_mcore.checkpoint.convert import hf_to_megatron, local_process_group, megatron_to_hf
+from vepo_mcore.checkpoint.reshard import reshard_checkpoint
 from vepo_mcore.checkpoint.testing import megatron_logits_worker, tiny_qwen2_hf
 from vepo_mcore.parallel.launch import run_processes
 
@@ -20,10 +21,11 @@ REAL_VOCAB = 300  # the HF checkpoints have 320 rows; ids >= 300 are padding
 LAYOUTS = [(2, 1), (1, 2), (1, 1)]
 
 
-def _convert_and_forward(rank, world_size, conversions, jobs, tokens):
-    """One 2-process group does both conversions and every forward (spawning is the slow part)."""
+def _convert_and_forward(rank, world_size, conversions, jobs, tokens, root):
+    """One 2-process group does the conversions, a reshard and every forward (spawning is slow)."""
     for hf_dir, out_dir, tp, pp in conversions:
         hf_to_megatron(hf_dir, out_dir, tp=tp, pp=pp, vocab_size=REAL_VOCAB)
+    reshard_checkpoint(root / "untied_bias_tp2", root / "resharded_pp2", tp=1, pp=2)
     for ckpt, out_file, tp, pp in jobs:
         megatron_logits_worker(rank, world_size, ckpt, tokens, out_file, tp, pp)
 
@@ -44,7 +46,8 @@ def converted(tmp_path_factory):
         conversions.append((str(root / f"hf_{name}"), str(root / name), tp, pp))
         for ltp, lpp in LAYOUTS:
             jobs.append((str(root / name), str(root / f"{name}_tp{ltp}pp{lpp}.pt"), ltp, lpp))
-    run_processes(_convert_and_forward, 2, args=(conversions, jobs, tokens))
+    jobs.append((str(root / "resharded_pp2"), str(root / "resharded_pp2_tp2pp1.pt"), 2, 1))
+    run_processes(_convert_and_forward, 2, args=(conversions, jobs, tokens, root))
     return root, reference
 
 
@@ -56,6 +59,26 @@ def test_megatron_logits_match_transformers(converted, name, tp, pp):
     assert logits.shape[-1] == {1: 384, 2: 512}[tp]  # 300 ids padded to a multiple of 128 * TP
     diff = (logits[..., :REAL_VOCAB] - reference[name]).abs().max().item()
     assert diff <= 1e-4, f"{name} at TP={tp} PP={pp}: max |logits - transformers| = {diff}"
+
+
+def test_resharded_checkpoint_matches_original(converted):
+    """TP=2 checkpoint rewritten at PP=2: same global tensors, config records the layout, same logits."""
+    from megatron.core.dist_checkpointing import load_plain_tensors
+
+    from vepo_mcore.config import JobConfig, load_config
+
+    root, reference = converted
+    with local_process_group():
+        original = load_plain_tensors(str(root / "untied_bias_tp2" / "iter_0000000"))
+        resharded = load_plain_tensors(str(root / "resharded_pp2" / "iter_0000000"))
+    assert sorted(original) == sorted(resharded)
+    for key, tensor in original.items():
+        rows = resharded[key].shape[0] if ("word_embeddings" in key or "output_layer" in key) else None
+        assert torch.equal(tensor[:rows], resharded[key]), key
+    cfg = load_config(JobConfig, root / "resharded_pp2" / "config.yaml")
+    assert (cfg.parallel.tensor_model_parallel_size, cfg.parallel.pipeline_model_parallel_size) == (1, 2)
+    logits = torch.load(root / "resharded_pp2_tp2pp1.pt")
+    assert (logits[..., :REAL_VOCAB] - reference["untied_bias_tp2"]).abs().max().item() <= 1e-4
 
 
 def test_tp2_to_hf_to_tp1_equals_original_gathered(converted):

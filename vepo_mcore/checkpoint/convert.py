@@ -20,6 +20,7 @@ Tensors are streamed: each rank reads only the HF tensors it needs, one at a tim
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -138,19 +139,26 @@ def layer_offset(model) -> int:
 
 
 def load_hf_into_model(model, reader: HFCheckpoint, cfg: JobConfig) -> None:
-    """Copy this rank's TP shard of every parameter from the HF checkpoint (one tensor at a time)."""
-    from megatron.core import parallel_state
+    """Copy this rank's TP shard of every parameter from the HF checkpoint (one tensor at a time).
 
-    from vepo_mcore.models.builder import model_vocab_size
+    Vocab tensors are copied in row chunks straight into the parameter, so the largest
+    temporary is one layer's tensor, not the embedding.
+    """
+    from megatron.core import parallel_state
 
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     tp_size = parallel_state.get_tensor_model_parallel_world_size()
     offset = layer_offset(model)
-    padded = model_vocab_size(cfg)
     with torch.no_grad():
         for name, param in model.named_parameters():
             global_name = mapping.global_layer_name(name, offset)
-            full = mapping.hf_to_megatron_tensor(global_name, reader.get, cfg.model, padded)
+            _, rule = mapping.parse_megatron_name(global_name)
+            if rule.kind == "vocab":
+                _copy_vocab_shard(
+                    param, mapping.hf_names_for(global_name, cfg.model)[0], reader, cfg, tp_rank
+                )
+                continue
+            full = mapping.hf_to_megatron_tensor(global_name, reader.get, cfg.model, 0)
             shard = mapping.tp_split(global_name, full, tp_size)[tp_rank]
             if shard.shape != param.shape:
                 raise ValueError(
@@ -160,6 +168,24 @@ def load_hf_into_model(model, reader: HFCheckpoint, cfg: JobConfig) -> None:
             del full, shard
 
 
+def _copy_vocab_shard(
+    param, hf_name: str, reader: HFCheckpoint, cfg: JobConfig, tp_rank: int, chunk: int = 8192
+):
+    """Rows [r * P/TP, (r+1) * P/TP) of the padded vocab: real ids from HF, the rest zero."""
+    rows, hidden = param.shape
+    hf_rows, hf_hidden = reader.shape(hf_name)
+    if hf_hidden != hidden or hf_rows < cfg.model.vocab_size:
+        raise ValueError(
+            f"{hf_name}: shape {[hf_rows, hf_hidden]} does not hold {cfg.model.vocab_size} rows of width {hidden}"
+        )
+    start = tp_rank * rows
+    stop = min(start + rows, cfg.model.vocab_size)
+    param.zero_()
+    for a in range(start, stop, chunk):
+        b = min(a + chunk, stop)
+        param[a - start : b - start].copy_(reader.get_rows(hf_name, a, b))
+
+
 def _sharded_state_dict(model_chunks) -> dict:
     chunks = model_chunks if isinstance(model_chunks, (list, tuple)) else [model_chunks]
     if len(chunks) == 1:
@@ -167,15 +193,41 @@ def _sharded_state_dict(model_chunks) -> dict:
     return {f"model{i}": chunk.sharded_state_dict() for i, chunk in enumerate(chunks)}
 
 
-def save_megatron_checkpoint(model_chunks, ckpt_dir: str | Path) -> None:
-    """Collective: every rank of the model's TP/PP layout writes its shards to `ckpt_dir`."""
+def save_megatron_checkpoint(model_chunks, ckpt_dir: str | Path, consume_model: bool = False) -> None:
+    """Collective: every rank of the model's TP/PP layout writes its shards to `ckpt_dir`.
+
+    consume_model=True (conversion, where the model is thrown away afterwards) frees each
+    linear_fc1 weight as soon as its gate/up halves are copied out. The writer copies every
+    tensor that is a view before writing anything, and megatron saves fc1 as two views
+    ([gate; up] chunks): for Qwen2.5-7B that is 7.6 GB of 15 GB held twice.
+    """
     from megatron.core import dist_checkpointing
 
     path = Path(ckpt_dir)
     if dist.get_rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
     dist.barrier()
-    dist_checkpointing.save(_sharded_state_dict(model_chunks), str(path))
+    sharded = _sharded_state_dict(model_chunks)
+    if consume_model:
+        _build_factories_freeing_sources(sharded)
+    dist_checkpointing.save(sharded, str(path))
+
+
+def _build_factories_freeing_sources(sharded: dict) -> None:
+    from megatron.core.dist_checkpointing.dict_utils import dict_list_map_inplace
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+
+    def build(item):
+        if not isinstance(item, ShardedTensorFactory):
+            return item
+        built = item.build()
+        for sh_ten in built if isinstance(built, list) else [built]:
+            if isinstance(sh_ten, ShardedTensor) and sh_ten.data is not None:
+                sh_ten.data = sh_ten.data.detach().clone()
+        item.data.detach().untyped_storage().resize_(0)
+        return built
+
+    dict_list_map_inplace(build, sharded)
 
 
 def load_megatron_checkpoint(model_chunks, ckpt_dir: str | Path) -> None:
@@ -213,16 +265,35 @@ def local_process_group():
         destroy()
 
 
+@contextlib.contextmanager
+def _without_weight_init():
+    """Build models with allocated but uninitialised weights (every one is overwritten next).
+
+    megatron's CPU init draws each full layer as an fp32 master copy before sharding it: for
+    the embedding that alone is 2x the bf16 model's largest tensor, and it made peak memory 3x
+    the checkpoint. build_model has no switch for this, so its config hook is wrapped here.
+    """
+    from vepo_mcore.models import builder
+
+    original = builder.transformer_config
+    builder.transformer_config = lambda cfg: dataclasses.replace(original(cfg), perform_initialization=False)
+    try:
+        yield
+    finally:
+        builder.transformer_config = original
+
+
 def _hf_to_megatron_rank(rank: int, world_size: int, hf_dir: str, out_dir: str, cfg: JobConfig) -> None:
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
 
     init_model_parallel(cfg.parallel)
-    model = build_model(cfg)
+    with _without_weight_init():
+        model = build_model(cfg)
     reader = HFCheckpoint(hf_dir)
     load_hf_into_model(model, reader, cfg)
     reader.close()
-    save_megatron_checkpoint(model, iteration_dir(out_dir, 0))
+    save_megatron_checkpoint(model, iteration_dir(out_dir, 0), consume_model=True)
 
 
 def hf_to_megatron(

@@ -187,7 +187,6 @@ class HFCheckpoint:
                 self.files = dict.fromkeys(f.keys(), SINGLE_FILE)
         else:
             raise FileNotFoundError(f"{self.dir} has neither {SINGLE_FILE} nor {INDEX_FILE}")
-        self._handles: dict[str, object] = {}
 
     def names(self) -> list[str]:
         return list(self.files)
@@ -195,20 +194,34 @@ class HFCheckpoint:
     def __contains__(self, name: str) -> bool:
         return name in self.files
 
-    def get(self, name: str) -> torch.Tensor:
-        """Read one tensor (a fresh CPU tensor; nothing else of the file is loaded)."""
+    def _path(self, name: str) -> Path:
         if name not in self.files:
             raise KeyError(f"{self.dir}: the checkpoint has no tensor {name!r}")
-        file = self.files[name]
-        if file not in self._handles:
-            path = self.dir / file
-            if not path.is_file():
-                raise FileNotFoundError(f"{self.dir / INDEX_FILE} points {name!r} to missing file {path}")
-            self._handles[file] = safe_open(path, framework="pt")
-        return self._handles[file].get_tensor(name)
+        path = self.dir / self.files[name]
+        if not path.is_file():
+            raise FileNotFoundError(f"{self.dir / INDEX_FILE} points {name!r} to missing file {path}")
+        return path
+
+    def get(self, name: str) -> torch.Tensor:
+        """Read one tensor (a fresh CPU tensor; nothing else of the file is loaded).
+
+        The file is opened per call: safe_open memory-maps it, and a mapping kept open would
+        keep every page read so far resident in this process (peak memory ~2x the model).
+        """
+        with safe_open(self._path(name), framework="pt") as f:
+            return f.get_tensor(name)
+
+    def get_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows [start, stop) of a tensor, reading only those bytes (vocab shards, chunked copies)."""
+        with safe_open(self._path(name), framework="pt") as f:
+            return f.get_slice(name)[start:stop]
+
+    def shape(self, name: str) -> list[int]:
+        with safe_open(self._path(name), framework="pt") as f:
+            return list(f.get_slice(name).get_shape())
 
     def close(self) -> None:
-        self._handles.clear()
+        """Nothing is held open between reads; kept so callers can release a reader explicitly."""
 
 
 class HFWriter:

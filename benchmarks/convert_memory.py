@@ -1,0 +1,178 @@
+"""Peak memory of HF -> Megatron conversion relative to the checkpoint size (goal: ratio <= 1.5).
+
+    .venv/bin/python benchmarks/convert_memory.py                 # ~1.15B params, bf16, TP=1
+    .venv/bin/python benchmarks/convert_memory.py --layers 2      # quick run
+
+Writes a random Qwen2 checkpoint (safetensors, 1 GB shards, the shipped Qwen2.5 tokenizer) to a
+temporary directory outside the repository, converts it with tools/convert_hf.py in a child
+process, and prints the peak RSS of the conversion (summed over its processes, sampled with
+psutil, and the largest process's ru_maxrss) divided by the checkpoint's size on disk.
+Everything is deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import torch
+from safetensors.torch import save_file
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def qwen2_config(layers: int, hidden: int, ffn: int, heads: int, kv_heads: int, vocab_rows: int) -> dict:
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": hidden,
+        "intermediate_size": ffn,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "vocab_size": vocab_rows,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "tie_word_embeddings": False,
+        "use_sliding_window": False,
+        "hidden_act": "silu",
+        "dtype": "bfloat16",
+    }
+
+
+def tensor_shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
+    h, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    d = h // cfg["num_attention_heads"]
+    kv = cfg["num_key_value_heads"] * d
+    shapes = [("model.embed_tokens.weight", (v, h))]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes += [
+            (p + "input_layernorm.weight", (h,)),
+            (p + "self_attn.q_proj.weight", (h, h)),
+            (p + "self_attn.q_proj.bias", (h,)),
+            (p + "self_attn.k_proj.weight", (kv, h)),
+            (p + "self_attn.k_proj.bias", (kv,)),
+            (p + "self_attn.v_proj.weight", (kv, h)),
+            (p + "self_attn.v_proj.bias", (kv,)),
+            (p + "self_attn.o_proj.weight", (h, h)),
+            (p + "post_attention_layernorm.weight", (h,)),
+            (p + "mlp.gate_proj.weight", (f, h)),
+            (p + "mlp.up_proj.weight", (f, h)),
+            (p + "mlp.down_proj.weight", (h, f)),
+        ]
+    return shapes + [("model.norm.weight", (h,)), ("lm_head.weight", (v, h))]
+
+
+def write_random_checkpoint(out: Path, cfg: dict, shard_bytes: int = 1 << 30) -> int:
+    """Random bf16 safetensors shards + index, written one shard at a time; returns the parameter count."""
+    out.mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    generator = torch.Generator().manual_seed(0)
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    files, weight_map, size, params = [], {}, 0, 0
+
+    def flush():
+        name = f"shard-{len(files)}.safetensors"
+        save_file(shards[-1], str(out / name), metadata={"format": "pt"})
+        files.append((name, list(shards[-1])))
+        shards[-1] = {}
+
+    for name, shape in tensor_shapes(cfg):
+        t = (torch.randn(shape, generator=generator) * 0.02).to(torch.bfloat16)
+        params += t.numel()
+        if shards[-1] and size + t.numel() * 2 > shard_bytes:
+            flush()
+            size = 0
+        shards[-1][name] = t
+        size += t.numel() * 2
+    flush()
+    for i, (tmp, names) in enumerate(files):
+        final = f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
+        (out / tmp).rename(out / final)
+        weight_map.update(dict.fromkeys(names, final))
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return params
+
+
+def run_and_measure(cmd: list[str]) -> tuple[int, int, float]:
+    """(peak PSS summed over the process tree, sampled every 50 ms; child ru_maxrss; seconds).
+
+    PSS, not RSS, for the sum: the checkpoint writer forks, and a forked child's RSS counts the
+    pages it shares with its parent a second time.
+    """
+    start = time.time()
+    log = tempfile.TemporaryFile()  # a file, not a pipe: a full pipe would stall the child
+    proc = psutil.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            procs = [proc, *proc.children(recursive=True)]
+            peak = max(peak, sum(p.memory_full_info().pss for p in procs if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    log.seek(0)
+    output = log.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"conversion failed ({proc.returncode}):\n{output[-4000:]}")
+    maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # KiB on Linux
+    return peak, maxrss, time.time() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--hidden", type=int, default=2048)
+    parser.add_argument("--ffn", type=int, default=5632)
+    parser.add_argument("--vocab-rows", type=int, default=151936)
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--pp", type=int, default=1)
+    args = parser.parse_args()
+    from vepo_mcore.languages import default_tokenizer_dir
+
+    cfg = qwen2_config(args.layers, args.hidden, args.ffn, 16, 2, args.vocab_rows)
+    tmp = Path(tempfile.mkdtemp(prefix="vepo_convert_bench_"))
+    try:
+        hf_dir = tmp / "hf"
+        params = write_random_checkpoint(hf_dir, cfg)
+        for tok_file in default_tokenizer_dir().iterdir():
+            if tok_file.suffix in (".json", ".jinja"):
+                shutil.copyfile(tok_file, hf_dir / tok_file.name)
+        disk = sum(p.stat().st_size for p in hf_dir.glob("*.safetensors"))
+        cmd = [
+            sys.executable,
+            "tools/convert_hf.py",
+            "hf-to-megatron",
+            "--hf",
+            str(hf_dir),
+            "--out",
+            str(tmp / "mc"),
+        ]
+        cmd += ["--tp", str(args.tp), "--pp", str(args.pp)]
+        peak, maxrss, seconds = run_and_measure(cmd)
+        out_disk = sum(p.stat().st_size for p in (tmp / "mc").rglob("*") if p.is_file())
+        print(f"params {params / 1e9:.3f} B, HF checkpoint on disk {disk / 2**30:.2f} GiB (bf16)")
+        print(f"megatron checkpoint on disk {out_disk / 2**30:.2f} GiB, conversion took {seconds:.1f} s")
+        print(
+            f"peak PSS (process tree, sampled) {peak / 2**30:.2f} GiB; largest process ru_maxrss {maxrss / 2**30:.2f} GiB"
+        )
+        print(f"ratio peak memory / checkpoint size = {max(peak, maxrss) / disk:.2f}  (goal <= 1.5)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
