@@ -191,3 +191,11 @@ def test_code_inside_fences_is_not_markup():
 def test_source_broken_syntax_is_not_charged_to_the_translation():
     source = "Click <b>Save to continue."  # already unclosed
     assert format_score(source, "Klik <b>Simpan untuk melanjutkan.") == (1.0, 1.0, 0, True)
+
+
+def test_long_spans_are_still_structure():
+    long_text = "ထိုသို့သော " * 200  # 2,200 characters of Burmese inside a link and in bold
+    source = f"[{long_text}](https://example.org/doc) **{long_text}**"
+    assert structure(source)[("link", "https://example.org/doc")] == 1
+    assert structure(source)[("bold", "")] == 1
+    assert format_score(source, source) == (1.0, 1.0, 0, True)

@@ -35,7 +35,7 @@ _BULLET = regex.compile(r"^[ \t]*+[-*+][ \t]++\S", regex.MULTILINE)
 _NUMBERED = regex.compile(r"^([ \t]*+)(\d{1,9}+)([.)])[ \t]++\S", regex.MULTILINE)
 _UNDERSCORE_BOLD = regex.compile(r"(?<!\w)__(?=[^\s_])[^_\n]++(?<=\S)__(?!\w)")
 _ITALIC = regex.compile(r"(?<![\w*])\*(?=[^\s*])[^*\n]++(?<=[^\s*])\*(?![\w*])")
-_LINK = regex.compile(r"(!?)\[[^\]\n]{0,300}+\]\(\s*+([^)\s]{1,500}+)[^)\n]{0,300}+\)")
+_LINK = regex.compile(r"(!?)\[[^\[\]\n]*+\]\(\s*+([^)\s]{1,500}+)[^)\n]{0,300}+\)")
 _INLINE_CODE = regex.compile(r"(?<!`)`([^`\n]++)`(?!`)")
 _PLACEHOLDER = regex.compile(
     r"\{\{\s*+[\w.]++\s*+\}\}|(?<!\{)\{\w*+\}(?!\})|\$\{\w++\}"
