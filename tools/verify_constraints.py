@@ -72,11 +72,14 @@ def run_flores(out_dir: Path, split: str, max_lines: int | None, cfg: RewardsCon
         samples = flores_samples(split, max_lines, **kwargs)
         summary[name] = write_table(samples, out_dir / name, f"FLORES {split} {name}", cfg)["overall"]
     lines = [
-        f"# Constraint checks on FLORES-200 {split} ({'all' if max_lines is None else max_lines} lines x 90 directions)",
+        f"# Constraint checks on FLORES-200 {split} "
+        f"({'all' if max_lines is None else max_lines} lines x 90 directions)",
         "",
-        "Rates in %. references: the human references as hypotheses; _markup: source and reference wrapped in the",
-        "same markup; corrupt_*: wrong_lang (English line, or the source for X->en), double (reference twice),",
-        "triple, strip_markup (marked-up source, plain hypothesis), mix_en (every third word English / English words inserted).",
+        "Rates in %. references: the human references as hypotheses; _markup: source and reference",
+        "wrapped in the same markup; corrupt_*: wrong_lang (English line, or the source for X->en),",
+        "double / triple (reference 2x / 3x; rho ~ 2 is on the edge of [0.5, 2.0]), strip_markup",
+        "(marked-up source, plain hypothesis), mix_en (every third word English, or English words",
+        "inserted mid-sentence for non-Latin targets; Indonesian words for en targets).",
         "",
         "| run | N | Lang | Length | Format (N) | Mixing | Overall |",
         "|---|---:|---:|---:|---:|---:|---:|",

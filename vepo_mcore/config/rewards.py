@@ -52,7 +52,8 @@ class RewardsConfig:
         low, high = self.length_interval
         if not 0 < low < high:
             raise ValueError(
-                f"rl.rewards.length_interval must be (low, high) with 0 < low < high, got {self.length_interval}"
+                "rl.rewards.length_interval must be (low, high) with 0 < low < high, "
+                f"got {self.length_interval}"
             )
         if self.clip <= 0:
             raise ValueError(f"rl.rewards.clip must be positive, got {self.clip}")

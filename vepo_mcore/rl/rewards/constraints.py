@@ -27,7 +27,7 @@ PAPER_VEPO_7B = {"lang": 97.8, "length": 99.2, "format": 92.15, "mixing": 92.3, 
 
 
 def check_samples(samples: list[Sample], cfg: RewardsConfig | None = None) -> list[dict[str, object]]:
-    """Per-sample checks: {lang, length, format, mixing, overall: bool, format_applicable: bool, ms_id_swapped: bool}."""
+    """Per-sample checks (bools): lang, length, format, mixing, overall, format_applicable, ms_id_swapped."""
     cfg = cfg or RewardsConfig()
     results = {column: run_reward(term, samples, cfg) for column, term in TERMS.items()}
     applicable = results["format"].applicable or [True] * len(samples)

@@ -61,7 +61,7 @@ def _strip_code(text: str) -> str:
 
 
 def structure(text: str) -> Counter:
-    """Multiset of structural tokens of ``text``, e.g. Counter({("tag", "<b>"): 1, ("url", ...): 1})."""
+    """Multiset of structural tokens of ``text``, e.g. {("tag", "b"): 1, ("tag", "/b"): 1, ("url", "...")}."""
     tokens: Counter = Counter()
     for fence in _FENCE.findall(text):
         tokens[("fence", fence)] += 1

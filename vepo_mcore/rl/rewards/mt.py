@@ -53,7 +53,8 @@ def load_comet(checkpoint: str):
         ) from None
     if not Path(checkpoint).is_file():
         raise FileNotFoundError(
-            f"rewards.comet_checkpoint {checkpoint!r} is not a file; expected the model.ckpt of wmt22-comet-da"
+            f"rewards.comet_checkpoint {checkpoint!r} is not a file; "
+            "expected the model.ckpt of wmt22-comet-da"
         )
     return comet.load_from_checkpoint(checkpoint)
 
