@@ -58,13 +58,19 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _load_tempered(buf: torch.Tensor, chunk: torch.Tensor, valid: int, temperature: float) -> torch.Tensor:
-    """buf[:c] <- chunk[:, :valid] / tau, in the buffer's dtype (never aliases the caller's logits)."""
-    z = buf[: chunk.shape[0]]
-    z.copy_(chunk[:, :valid])
-    if temperature != 1.0:
-        z.div_(temperature)
-    return z
+def _upcast(buf: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
+    """The chunk in the compute dtype: itself when it already is, else copied into `buf`."""
+    if chunk.dtype == buf.dtype:
+        return chunk
+    out = buf[: chunk.shape[0]]
+    out.copy_(chunk)
+    return out
+
+
+def _scaled_minus(buf: torch.Tensor, src: torch.Tensor, shift: torch.Tensor, inv_tau: float) -> torch.Tensor:
+    """buf[:c] <- src * (1 / tau) - shift[:, None] in one pass (forward and backward use this same
+    op on the same inputs, so the recomputed values are bit-identical)."""
+    return torch.add(shift.neg().unsqueeze(-1), src, alpha=inv_tau, out=buf[: src.shape[0]])
 
 
 def _row_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -97,19 +103,21 @@ class _FusedLogprobEntropy(torch.autograd.Function):
         safe_targets = torch.where(in_shard, local_targets, torch.zeros_like(local_targets))
         # two chunk-sized work buffers, reused: fresh large allocations cost page faults on CPU
         rows = min(chunk_size, n)
+        inv_tau = 1.0 / temperature
         z_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
         e_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
 
         for start in range(0, n, chunk_size):
             sl = slice(start, min(n, start + chunk_size))
             c = sl.stop - sl.start
-            z = _load_tempered(z_buf, logits[sl], valid, temperature)  # [c, valid]
+            src = _upcast(z_buf, logits[sl, :valid])  # [c, valid]
             if valid > 0:
-                m = z.amax(dim=-1)
+                # max(z) / tau == max(z / tau): scaling by a positive number is monotonic
+                m = src.amax(dim=-1).mul_(inv_tau).to(cdt)
             else:  # a rank holding only padding columns
                 m = torch.full((c,), -math.inf, dtype=cdt, device=dev)
             m = _all_reduce(m, dist.ReduceOp.MAX, group, world)
-            z.sub_(m.unsqueeze(-1))
+            z = _scaled_minus(z_buf, src, m, inv_tau)  # z / tau - max
             e = torch.exp(z, out=e_buf[:c])
             sums = torch.zeros(3, c, dtype=cdt, device=dev)
             if valid > 0:
@@ -149,6 +157,7 @@ class _FusedLogprobEntropy(torch.autograd.Function):
         if valid == 0:
             return (grad, *nones)
         target_grad = torch.where(in_shard, grad_logp, torch.zeros_like(grad_logp))
+        inv_tau = 1.0 / temperature
         rows = min(chunk_size, n)
         z_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
         # when the logits already are in the compute dtype, p and the gradient live in `grad` itself
@@ -157,23 +166,27 @@ class _FusedLogprobEntropy(torch.autograd.Function):
         for start in range(0, n, chunk_size):
             sl = slice(start, min(n, start + chunk_size))
             c = sl.stop - sl.start
-            zs = _load_tempered(z_buf, logits[sl], valid, temperature).sub_(row_max[sl].unsqueeze(-1))
-            # the top-k set is decided in the same shifted space, bit-identical to forward's
-            selected = zs >= top_thr[sl].unsqueeze(-1) if top_thr is not None else None
-            logp_all = zs.sub_(log_sum[sl].unsqueeze(-1))  # log p_j, in place
+            src = _upcast(z_buf, logits[sl, :valid])
+            if top_thr is None:
+                logp_all = _scaled_minus(z_buf, src, row_max[sl] + log_sum[sl], inv_tau)  # log p_j
+                selected = None
+            else:
+                zs = _scaled_minus(z_buf, src, row_max[sl], inv_tau)
+                # the top-k set is decided on the same values as in forward
+                selected = zs >= top_thr[sl].unsqueeze(-1)
+                logp_all = zs.sub_(log_sum[sl].unsqueeze(-1))
             p = torch.exp(logp_all, out=grad[sl, :valid] if in_place else p_buf[:c])
             g_lp, g_h = grad_logp[sl].unsqueeze(-1), grad_entropy[sl].unsqueeze(-1)
-            if top_thr is None:
-                # -p * (g_lp + g_h * (log p + H))
-                g = p.mul_(logp_all.add_(entropy[sl].unsqueeze(-1)).mul_(g_h).add_(g_lp)).neg_()
+            # dL/dlogits = (1/tau) * dL/dz, with the 1/tau folded into the per-row coefficients
+            if selected is None:
+                # -p * (g_lp + g_h * (log p + H)) = p * (-g_h log p - (g_h H + g_lp))
+                const = (g_h * entropy[sl].unsqueeze(-1) + g_lp).mul_(-inv_tau)
+                g = p.mul_(logp_all.mul_(g_h * -inv_tau).add_(const))
             else:
                 # p * (g_h (P_S - H_k) - g_lp) - 1[S] g_h p (log p + 1)
-                inner = logp_all.add_(1.0).mul_(selected).mul_(g_h)
-                coef = g_h * (top_mass[sl] - entropy[sl]).unsqueeze(-1) - g_lp
-                g = p.mul_(inner.neg_().add_(coef))
-            g[torch.arange(c, device=dev), safe_targets[sl]] += target_grad[sl]
-            if temperature != 1.0:
-                g.div_(temperature)
+                const = (g_h * (top_mass[sl] - entropy[sl]).unsqueeze(-1) - g_lp).mul_(inv_tau)
+                g = p.mul_(logp_all.add_(1.0).mul_(selected).mul_(g_h * -inv_tau).add_(const))
+            g[torch.arange(c, device=dev), safe_targets[sl]] += target_grad[sl] * inv_tau
             if not in_place:
                 grad[sl, :valid] = g
         return (grad, *nones)
