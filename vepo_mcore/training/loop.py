@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from vepo_mcore.config.job import JobConfig
+from vepo_mcore.models.builder import use_transformer_engine
 from vepo_mcore.training.forward import forward_step as lm_forward_step
 
 
@@ -237,6 +238,12 @@ def describe_run(cfg: JobConfig, train_dataset, dp_size: int, n_micro: int, star
         f"global batch {t.global_batch_size} = micro {t.micro_batch_size} x DP {dp_size} x {n_micro} accumulation | "
         f"{t.global_batch_size * t.seq_length:,} tokens/step | steps {start} -> {t.train_iters}"
     )
+    if cfg.data.mode == "sft" and cfg.data.sft_packing and use_transformer_engine(cfg):
+        # TE's causal attention ignores a dense mask; packed conversations would see each other.
+        line += (
+            "\nWARNING: packed SFT with Transformer Engine: the block-diagonal attention mask is not applied "
+            "(THD packed_seq_params are not wired yet); use data.sft_packing=false or the local spec"
+        )
     if hasattr(train_dataset, "dataset_index") and cfg.data.paths:
         from vepo_mcore.data.blend import format_share, language_blend, realised_language_share
 
