@@ -28,6 +28,25 @@ def _convert_and_forward(rank, world_size, conversions, jobs, tokens, root):
     reshard_checkpoint(root / "untied_bias_tp2", root / "resharded_pp2", tp=1, pp=2)
     for ckpt, out_file, tp, pp in jobs:
         megatron_logits_worker(rank, world_size, ckpt, tokens, out_file, tp, pp)
+    _hf_tensors_from_live_tp2_model(rank, root)
+
+
+def _hf_tensors_from_live_tp2_model(rank, root):
+    """The weight-sync path: gather a TP=2 model's shards and map them to HF names."""
+    from vepo_mcore.checkpoint.convert import gathered_named_tensors, load_megatron_checkpoint
+    from vepo_mcore.checkpoint.mapping import megatron_to_hf_tensors
+    from vepo_mcore.config import JobConfig, ParallelConfig, load_config
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+
+    cfg = load_config(JobConfig, root / "untied_bias_tp2" / "config.yaml")
+    cfg.parallel = ParallelConfig(tensor_model_parallel_size=2)
+    init_model_parallel(cfg.parallel)
+    model = build_model(cfg)
+    load_megatron_checkpoint(model, root / "untied_bias_tp2")
+    hf = {n: t.clone() for n, t in megatron_to_hf_tensors(gathered_named_tensors(model), cfg.model, 320)}
+    if rank == 0:
+        torch.save(hf, root / "live_tp2_hf.pt")
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +98,20 @@ def test_resharded_checkpoint_matches_original(converted):
     assert (cfg.parallel.tensor_model_parallel_size, cfg.parallel.pipeline_model_parallel_size) == (1, 2)
     logits = torch.load(root / "resharded_pp2_tp2pp1.pt")
     assert (logits[..., :REAL_VOCAB] - reference["untied_bias_tp2"]).abs().max().item() <= 1e-4
+
+
+def test_live_tp2_model_maps_to_original_hf_tensors(converted):
+    from vepo_mcore.checkpoint.hf import HFCheckpoint
+
+    root, _ = converted
+    live = torch.load(root / "live_tp2_hf.pt")
+    reader = HFCheckpoint(root / "hf_untied_bias_tp2")
+    assert sorted(live) == sorted(reader.names())
+    for name, tensor in live.items():
+        expected = reader.get(name)
+        if name in ("model.embed_tokens.weight", "lm_head.weight"):
+            expected[REAL_VOCAB:] = 0
+        assert torch.equal(tensor, expected), name
 
 
 def test_tp2_to_hf_to_tp1_equals_original_gathered(converted):

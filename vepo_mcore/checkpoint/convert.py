@@ -186,6 +186,29 @@ def _copy_vocab_shard(
         param[a - start : b - start].copy_(reader.get_rows(hf_name, a, b))
 
 
+def gathered_named_tensors(model):
+    """(global megatron name, full tensor) for this pipeline stage's weights, TP shards all-gathered.
+
+    Collective over the tensor-parallel group. Feed it to mapping.megatron_to_hf_tensors to get
+    HF-named tensors from a live model (the RL weight sync, exports without a checkpoint).
+    """
+    from megatron.core import parallel_state
+
+    group = parallel_state.get_tensor_model_parallel_group()
+    tp_size = parallel_state.get_tensor_model_parallel_world_size()
+    offset = layer_offset(model)
+    for name, param in model.named_parameters():
+        global_name = mapping.global_layer_name(name, offset)
+        _, rule = mapping.parse_megatron_name(global_name)
+        shard = param.detach()
+        if rule.tp is None or tp_size == 1:
+            yield global_name, shard
+            continue
+        shards = [torch.empty_like(shard) for _ in range(tp_size)]
+        dist.all_gather(shards, shard.contiguous(), group=group)
+        yield global_name, mapping.tp_merge(global_name, shards)
+
+
 def _sharded_state_dict(model_chunks) -> dict:
     chunks = model_chunks if isinstance(model_chunks, (list, tuple)) else [model_chunks]
     if len(chunks) == 1:
@@ -361,7 +384,8 @@ def megatron_to_hf(
     cfg.model.transformer_impl = "local"
     with local_process_group():
         init_model_parallel(cfg.parallel)
-        model = build_model(cfg)
+        with _without_weight_init():  # every weight is loaded from the checkpoint next
+            model = build_model(cfg)
         load_megatron_checkpoint(model, ckpt_dir)
         if dtype is None:
             dtype = hf_dtype(template) if template else next(model.parameters()).dtype
