@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections import defaultdict
 from pathlib import Path
 
 from vepo_mcore.languages import EXPANDED_LANGS, default_tokenizer_dir
-from vepo_mcore.tokenizer.expand import default_corpora
+from vepo_mcore.tokenizer.expand import PROTECT_WORDS, default_corpora
 from vepo_mcore.tokenizer.pretokenizer import DEFAULT_PRETOKENIZER, PRETOKENIZERS
 from vepo_mcore.tokenizer.report import expand_and_report
 
@@ -35,6 +34,12 @@ def parse_corpora(specs: list[str]) -> dict[str, list[Path]]:
     return dict(corpora)
 
 
+def _display_path(path: Path) -> Path:
+    """Paths inside the working directory are recorded relative to it (the manifest/report stay portable)."""
+    resolved = Path(path).resolve()
+    return resolved.relative_to(Path.cwd()) if resolved.is_relative_to(Path.cwd()) else Path(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -44,6 +49,12 @@ def main() -> None:
     parser.add_argument("--tokens-per-lang", type=int, default=4000)
     parser.add_argument("--min-frequency", type=int, default=2, help="smallest pair count that is merged")
     parser.add_argument("--max-lines", type=int, default=None, help="read at most this many lines per file")
+    parser.add_argument(
+        "--protect-words",
+        type=int,
+        default=PROTECT_WORDS,
+        help="wordfreq en/zh words to protect (default: all)",
+    )
     parser.add_argument("--pretokenizer", choices=sorted(PRETOKENIZERS), default=DEFAULT_PRETOKENIZER)
     parser.add_argument(
         "--no-compare", action="store_true", help="skip the expansion with the other pre-tokenizer"
@@ -55,10 +66,7 @@ def main() -> None:
     args = parser.parse_args()
 
     corpora = parse_corpora(args.corpus) if args.corpus else default_corpora()
-    corpora = {
-        lang: [Path(os.path.relpath(p)) if Path(p).is_absolute() else p for p in paths]
-        for lang, paths in corpora.items()
-    }
+    corpora = {lang: [_display_path(p) for p in paths] for lang, paths in corpora.items()}
     compare = [] if args.no_compare else sorted(PRETOKENIZERS)
     result, report = expand_and_report(
         args.base,
@@ -70,6 +78,7 @@ def main() -> None:
         n_tokens=args.tokens_per_lang,
         min_frequency=args.min_frequency,
         max_lines=args.max_lines,
+        protect_words=args.protect_words,
     )
     print(json.dumps({lang: v["count"] for lang, v in result.manifest()["languages"].items()}))
     print(f"vocab {result.vocab_size}; tokenizer in {args.out}")

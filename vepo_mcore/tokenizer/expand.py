@@ -149,12 +149,7 @@ def protected_pairs(tokenizer: HFTokenizer, texts: Sequence[str], batch: int = 5
     return pairs
 
 
-@lru_cache(maxsize=2)
-def _mark_free_protection(base_dir: str, langs: tuple[str, ...], n_words: int) -> frozenset[int]:
-    # The registered regexes differ only on combining marks, so texts without any split the same
-    # way under every pre-tokenizer: encode them once per process, not once per pre-tokenizer.
-    texts = [t for t in protection_texts(langs, n_words) if not _MARK.search(t)]
-    return frozenset(protected_pairs(build_tokenizer(read_tokenizer_json(base_dir)), texts))
+_MARK_FREE_PAIRS: dict[tuple, frozenset[int]] = {}
 
 
 def default_protection(
@@ -162,15 +157,26 @@ def default_protection(
     pretokenizer: str,
     langs: Sequence[str] = PROTECTED_LANGS,
     n_words: int = PROTECT_WORDS,
+    tokenizer: HFTokenizer | None = None,
 ) -> set[int]:
-    """Banned pairs for `langs` under `pretokenizer`: top n_words wordfreq words in 6 spellings + FLORES dev."""
+    """Banned pairs for `langs` under `pretokenizer`: top n_words wordfreq words in 6 spellings + FLORES dev.
+
+    tokenizer: the base tokenizer already built with `pretokenizer` (built from base_dir when None).
+    """
     if not langs:
         return set()
-    tokenizer = build_tokenizer(set_pretokenizer(read_tokenizer_json(base_dir), pretokenizer))
-    marked = [t for t in protection_texts(tuple(langs), n_words) if _MARK.search(t)]
-    return set(_mark_free_protection(str(base_dir), tuple(langs), n_words)) | protected_pairs(
-        tokenizer, marked
-    )
+    if tokenizer is None:
+        tokenizer = build_tokenizer(set_pretokenizer(read_tokenizer_json(base_dir), pretokenizer))
+    texts = protection_texts(tuple(langs), n_words)
+    # The registered regexes differ only on combining marks, so texts without any split the same way
+    # under every pre-tokenizer: encode those once per process, not once per pre-tokenizer.
+    key = (str(Path(base_dir).resolve()), tuple(langs), n_words)
+    if key not in _MARK_FREE_PAIRS:
+        _MARK_FREE_PAIRS.clear()  # one entry is enough (~1.5M ints); keep memory bounded
+        _MARK_FREE_PAIRS[key] = frozenset(
+            protected_pairs(tokenizer, [t for t in texts if not _MARK.search(t)])
+        )
+    return set(_MARK_FREE_PAIRS[key]) | protected_pairs(tokenizer, [t for t in texts if _MARK.search(t)])
 
 
 @dataclass
@@ -196,13 +202,17 @@ class ExpansionResult:
     min_frequency: int
     languages: list[LanguageExpansion]
     protection: dict
+    _tokenizer: HFTokenizer | None = field(default=None, repr=False)
 
     @property
     def vocab_size(self) -> int:
         return BASE_VOCAB_SIZE + sum(lang.count for lang in self.languages)
 
     def tokenizer(self) -> HFTokenizer:
-        return build_tokenizer(self.tokenizer_json)
+        """The expanded `tokenizers.Tokenizer` (built once; building parses ~180k merges)."""
+        if self._tokenizer is None:
+            self._tokenizer = build_tokenizer(self.tokenizer_json)
+        return self._tokenizer
 
     def manifest(self) -> dict:
         return {
@@ -297,7 +307,7 @@ def expand_tokenizer(
     banned = (
         protection
         if protection is not None
-        else default_protection(base_dir, pretokenizer, protect, protect_words)
+        else default_protection(base_dir, pretokenizer, protect, protect_words, tokenizer=base)
     )
 
     strings = [""] * BASE_VOCAB_SIZE
@@ -306,8 +316,10 @@ def expand_tokenizer(
     merges_out = data["model"]["merges"]
     as_strings = bool(merges_out) and isinstance(merges_out[0], str)
     languages = []
-    current = base
+    current, stale = base, False
     for lang in (code for code in EXPANDED_LANGS if code in corpora):
+        if stale:  # segment with the merges of the languages before this one
+            current, stale = build_tokenizer(data), False
         words: Counter[str] = Counter()
         sources = []
         for path in corpora[lang]:
@@ -344,7 +356,7 @@ def expand_tokenizer(
         tqdm.write(
             f"[expand {pretokenizer}] {lang}: {len(merges)} new tokens from {len(words)} distinct words"
         )
-        current = build_tokenizer(data)
+        stale = stale or bool(merges)
     info = {
         "languages": list(protect),
         "sources": [f"wordfreq top_n_list({lang!r}, {protect_words}, wordlist='best')" for lang in protect]
