@@ -135,6 +135,10 @@ def pretrain(
     from vepo_mcore.training.sampler import micro_batches
 
     t, ckpt = cfg.training, cfg.training.checkpoint
+    if cfg.parallel.virtual_pipeline_model_parallel_size is not None:
+        raise ValueError(
+            "parallel.virtual_pipeline_model_parallel_size: the training loop runs one chunk per stage"
+        )
     init_model_parallel(cfg.parallel, seed=t.seed)
     cfg.validate(dist.get_world_size())
     if train_dataset is None:
