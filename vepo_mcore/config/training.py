@@ -47,7 +47,8 @@ class CheckpointConfig:
     save: str | None = None
     """Directory for checkpoints (iter_0000100/ ... and a `latest` pointer)."""
     load: str | None = None
-    """Directory to resume from; None = `save` if it has a checkpoint."""
+    """Checkpoint to start from (e.g. CPT for SFT, SFT for RL). A run whose `save` directory already
+    holds a checkpoint resumes from `save` instead, so a relaunched fine-tune continues."""
     save_interval: int = 0
     """Save every N steps (0 = only at the end)."""
     keep_last: int = 3
