@@ -63,7 +63,7 @@ def worker(args) -> dict:
 
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
-    if args.method == "megatron":
+    if args.method in ("megatron", "interleaved"):
         from megatron.core import parallel_state
 
         from vepo_mcore.parallel.init import init_distributed
@@ -75,11 +75,14 @@ def worker(args) -> dict:
     logits = torch.randn(args.tokens, args.vocab, generator=g, device=dev, dtype=dtype).requires_grad_(True)
     targets = torch.randint(0, args.vocab, (args.tokens,), generator=g, device=dev)
     w = torch.randn(args.tokens, generator=g, device=dev)
-    fn = {
+    fns = {
         "fused": lambda: _fused(logits, targets, 0.7, args.vocab, args.chunk_size),
         "naive": lambda: _naive(logits, targets, 0.7, args.vocab),
         "megatron": lambda: _megatron(logits, targets, 0.7, args.vocab),
-    }[args.method]
+    }
+    if args.method == "interleaved":
+        return _interleaved_times(fns, logits, w, args.repeats, cuda)
+    fn = fns[args.method]
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -110,6 +113,26 @@ def worker(args) -> dict:
     }
 
 
+def _interleaved_times(fns, logits, w, repeats, cuda) -> dict:
+    """Time every method round-robin in one process: on a shared machine the load drifts, and
+    alternating the methods exposes them to the same drift."""
+    import torch
+
+    times = {name: [] for name in fns}
+    for i in range(repeats + 1):
+        for name, fn in fns.items():
+            logits.grad = None
+            start = time.perf_counter()
+            logp, entropy = fn()
+            ((logp * w).sum() + (entropy * w).sum()).backward()
+            if cuda:
+                torch.cuda.synchronize()
+            if i > 0:
+                times[name].append(time.perf_counter() - start)
+            del logp, entropy
+    return {"method": "interleaved", "times": {k: statistics.median(v) for k, v in times.items()}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokens", type=int, default=2048)
@@ -118,6 +141,11 @@ def main() -> None:
     p.add_argument("--chunk-size", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument(
+        "--interleaved-time",
+        action="store_true",
+        help="also time all methods round-robin in one process (fairer on a loaded machine)",
+    )
     p.add_argument("--method", help=argparse.SUPPRESS)  # internal: run one method in this process
     args = p.parse_args()
     if args.method:
@@ -143,6 +171,25 @@ def main() -> None:
     )
     for method, r in results.items():
         print(f"  {method:9s} peak {r['peak_bytes'] / 2**30:7.3f} GiB   time {r['time_s']:7.3f} s")
+    if args.interleaved_time:
+        cmd = [sys.executable, __file__, "--method", "interleaved"] + [
+            f"--tokens={args.tokens}",
+            f"--vocab={args.vocab}",
+            f"--dtype={args.dtype}",
+            f"--chunk-size={args.chunk_size}",
+            f"--repeats={args.repeats}",
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"interleaved timing failed:\n{proc.stderr[-2000:]}")
+        else:
+            t = json.loads(proc.stdout.strip().splitlines()[-1])["times"]
+            print(
+                "  interleaved times (one process, round-robin): "
+                + ", ".join(f"{k} {v:.3f} s" for k, v in t.items())
+            )
+            for ref in ("naive", "megatron"):
+                print(f"  interleaved time fused/{ref} {t['fused'] / t[ref]:.2f}x")
     if "fused" in results:
         f = results["fused"]
         for ref in ("naive", "megatron"):
