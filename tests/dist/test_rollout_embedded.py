@@ -1,11 +1,12 @@
-"""The embedded engine: the shared contract suite, greedy == a cache-free recompute loop, and the same
-tokens at TP=1, TP=2 and PP=2 from the same weights (moved between layouts by dist_checkpointing)."""
+"""The embedded engine: the same tokens at TP=1, TP=2 and PP=2 from the same weights (moved between
+layouts by dist_checkpointing); at TP=2 the shared contract suite and greedy == a cache-free recompute loop.
+One set of 2 processes runs it all: spawning and importing dominate the time of these tests."""
 
 from __future__ import annotations
 
 import torch
 
-from tests.dist.model_utils import VOCAB, load_model, positions, save_model, tiny_cfg
+from tests.dist.model_utils import VOCAB, gather_logits, load_model, positions, save_model, tiny_cfg
 from vepo_mcore.parallel.launch import run_processes
 
 
@@ -29,22 +30,28 @@ def _megatron_reference(model):
     def reference(prompt_ids, response_ids, tau):
         ids = torch.tensor([list(prompt_ids) + list(response_ids)])
         with torch.no_grad():
-            logits = model(ids, positions(ids), None)[0, len(prompt_ids) - 1 : -1, :VOCAB].double()
+            logits = gather_logits(model(ids, positions(ids), None))[
+                0, len(prompt_ids) - 1 : -1, :VOCAB
+            ].double()
         logp = torch.log_softmax(logits / tau, dim=-1)
         return logp.gather(-1, torch.tensor(response_ids)[:, None])[:, 0].tolist()
 
     return reference
 
 
-def _contract(rank, world):
+def _contract():
     from tests.unit.test_rollout_contract import PROMPTS, run_contract
     from vepo_mcore.rl.rollout.base import SamplingParams, build_engine
     from vepo_mcore.rl.rollout.weight_sync import hf_tensors
 
-    cfg = _cfg()
+    cfg = _cfg(tp=2)
     model = _build(cfg).eval()
     engine = build_engine(cfg, model=model)
-    weights = {name: t.clone() for name, t in hf_tensors(model, cfg)}  # the stream may alias params
+    import torch.distributed as dist
+
+    weights = {}
+    for dst in range(dist.get_world_size()):  # full HF tensors on every rank (rank 1: sent by TP rank 0)
+        weights.update({name: t.clone() for name, t in hf_tensors(model, cfg, dst=dst)})
     run_contract(engine, _megatron_reference(model), weights, atol=1e-5)
 
     # greedy with the KV cache and left padding == argmax of a full forward, token by token
@@ -54,13 +61,9 @@ def _contract(rank, world):
         with torch.no_grad():
             for _ in range(8):
                 ids = torch.tensor([seq])
-                seq.append(int(model(ids, positions(ids), None)[0, -1, :VOCAB].argmax()))
+                seq.append(int(gather_logits(model(ids, positions(ids), None))[0, -1, :VOCAB].argmax()))
         assert sample.response_ids == seq[len(prompt) :]
     assert model.training is False  # generate restores the mode it found
-
-
-def test_embedded_engine_contract():
-    run_processes(_contract, 1)
 
 
 def _generate(cfg, tmp, sampling_list):
@@ -90,7 +93,8 @@ def _layouts(rank, world, tmp):
                 assert g.finish_reason == e.finish_reason
                 diff = (torch.tensor(g.rollout_logprobs) - torch.tensor(e.rollout_logprobs)).abs().max()
                 assert diff <= 1e-5, f"TP={tp} PP={pp} log-probs differ from TP=1 by {diff}"
+    _contract()
 
 
-def test_embedded_tp2_and_pp2_generate_what_tp1_generates(tmp_path):
+def test_embedded_engine_layouts_and_contract(tmp_path):
     run_processes(_layouts, 2, args=(str(tmp_path),))

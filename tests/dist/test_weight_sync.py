@@ -1,0 +1,99 @@
+"""Weight sync from a TP/PP Megatron model into the fake SGLang engine (through the real SGLang backend
+code): the engine's log-probs equal Megatron's on the same tokens, before and after a weight update."""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+from tests.dist.model_utils import VOCAB, tiny_cfg
+from vepo_mcore.parallel.launch import run_processes
+
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12]]
+TAU = 0.8
+
+
+def _megatron_logprobs(model, prompt_ids, response_ids):
+    """log softmax(z / tau) of the response tokens on the last pipeline stage (None elsewhere)."""
+    from vepo_mcore.checkpoint.testing import megatron_forward
+
+    tokens = torch.tensor([list(prompt_ids) + list(response_ids)])
+    logits = megatron_forward(model, tokens)
+    if logits is None:
+        return None
+    z = logits[0, len(prompt_ids) - 1 : -1, :VOCAB].double() / TAU
+    return torch.log_softmax(z, -1).gather(-1, torch.tensor(response_ids)[:, None])[:, 0]
+
+
+def _check_engine_matches_megatron(engine, model, seed):
+    from vepo_mcore.rl.rollout.base import SamplingParams
+
+    samples = engine.generate(PROMPTS, SamplingParams(temperature=TAU, max_new_tokens=5, seed=seed))
+    for s in samples:  # every rank got the owner's samples
+        ref = _megatron_logprobs(model, s.prompt_ids, s.response_ids)
+        if ref is not None:
+            got = torch.tensor(s.rollout_logprobs).double()
+            assert torch.allclose(got, ref, rtol=1e-5, atol=1e-5), f"engine {got} != Megatron {ref}"
+    return samples
+
+
+def _sync_one(rank, tp, pp, tied):
+    import torch.distributed as dist
+
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.rl.rollout.base import build_engine
+    from vepo_mcore.rl.rollout.weight_sync import sync_weights
+
+    cfg = tiny_cfg(tp=tp, pp=pp, num_layers=2, tie_word_embeddings=tied)
+    cfg.model.init_method_std = 0.2
+    cfg.rl.rollout.engine = "fake_sglang"
+    cfg.rl.rollout.engine_tp = 1  # engine TP differs from training TP: it gets full tensors
+    init_model_parallel(cfg.parallel, seed=1)
+    model = build_model(cfg).eval()
+    engine = build_engine(cfg)  # config-only HF dir, load_format="dummy": weights come from the sync
+    stats = sync_weights(engine, model, cfg, bucket_bytes=64 << 10)
+    if rank == 0:
+        fake = engine.engine
+        model_bytes = sum(
+            p.numel() * p.element_size()
+            for n, p in fake.model.named_parameters()
+            if not (tied and n == "lm_head.weight")
+        )
+        assert stats["bytes"] == fake.bytes_received == model_bytes, (stats, model_bytes)
+        assert stats["calls"] > 1 and fake.flush_calls == 1
+    else:
+        assert stats is None
+    before = _check_engine_matches_megatron(engine, model, seed=5)
+
+    # an "optimizer step": every parameter moves, consistently: TP replicas alike, and with tied
+    # embeddings the last stage's output layer like the first stage's embedding (megatron all-reduces
+    # their gradients), so the noise is seeded by the parameter's global name.
+    from vepo_mcore.checkpoint.convert import layer_offset
+    from vepo_mcore.checkpoint.mapping import global_layer_name
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            name = global_layer_name(name, layer_offset(model))
+            if tied and name == "output_layer.weight":
+                name = "embedding.word_embeddings.weight"
+            g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    engine.sleep()
+    engine.wake()
+    sync_weights(engine, model, cfg)
+    after = _check_engine_matches_megatron(engine, model, seed=5)
+    assert [s.rollout_logprobs for s in after] != [s.rollout_logprobs for s in before]
+    dist.barrier()
+    engine.shutdown()
+
+
+def _sync(rank, world):
+    # One set of processes for both cases: spawning and importing dominate these tests' time.
+    _sync_one(rank, tp=2, pp=2, tied=False)
+    _sync_one(rank, tp=2, pp=2, tied=True)  # the last stage's output layer is the embedding's copy
+
+
+def test_sync_tp2_pp2_into_fake_sglang_matches_megatron_logprobs():
+    run_processes(_sync, 4)
