@@ -96,7 +96,6 @@ def test_sanity_systems_and_hypothesis_files(tmp_path):
         system_hypotheses("oracle", d, ["s"], ["r"])
 
 
-@pytest.mark.slow
 def test_hf_model_system_translates_through_the_fake_sglang_engine(tmp_path):
     """The real engine wiring: run_evaluation with an 'hf-model' system served by SGLangEngine over the
     fake sglang.Engine (a tiny random Qwen2 with the full Qwen2.5 vocabulary), greedy; the hypothesis
