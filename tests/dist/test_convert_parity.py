@@ -15,6 +15,16 @@ from vepo_mcore.checkpoint.reshard import reshard_checkpoint
 from vepo_mcore.checkpoint.testing import megatron_logits_worker, tiny_qwen2_hf
 from vepo_mcore.parallel.launch import run_processes
 
+
+def _plain_tensors(iter_dir) -> dict[str, torch.Tensor]:
+    """Every global tensor of a dist checkpoint, unsharded (common.pt values left out)."""
+    from megatron.core.dist_checkpointing import load_plain_tensors
+
+    with local_process_group():
+        loaded = load_plain_tensors(str(iter_dir))
+    return {k: v for k, v in loaded.items() if isinstance(v, torch.Tensor)}
+
+
 pytestmark = pytest.mark.dist
 
 REAL_VOCAB = 300  # the HF checkpoints have 320 rows; ids >= 300 are padding
@@ -82,14 +92,11 @@ def test_megatron_logits_match_transformers(converted, name, tp, pp):
 
 def test_resharded_checkpoint_matches_original(converted):
     """TP=2 checkpoint rewritten at PP=2: same global tensors, config records the layout, same logits."""
-    from megatron.core.dist_checkpointing import load_plain_tensors
-
     from vepo_mcore.config import JobConfig, load_config
 
     root, reference = converted
-    with local_process_group():
-        original = load_plain_tensors(str(root / "untied_bias_tp2" / "iter_0000000"))
-        resharded = load_plain_tensors(str(root / "resharded_pp2" / "iter_0000000"))
+    original = _plain_tensors(root / "untied_bias_tp2" / "iter_0000000")
+    resharded = _plain_tensors(root / "resharded_pp2" / "iter_0000000")
     assert sorted(original) == sorted(resharded)
     for key, tensor in original.items():
         rows = resharded[key].shape[0] if ("word_embeddings" in key or "output_layer" in key) else None
@@ -116,14 +123,11 @@ def test_live_tp2_model_maps_to_original_hf_tensors(converted):
 
 def test_tp2_to_hf_to_tp1_equals_original_gathered(converted):
     """Megatron TP=2 -> HF -> Megatron TP=1: every global tensor equals the TP=2 checkpoint's."""
-    from megatron.core.dist_checkpointing import load_plain_tensors
-
     root, _ = converted
     megatron_to_hf(root / "untied_bias_tp2", root / "hf_back")
     hf_to_megatron(root / "hf_back", root / "again_tp1", tp=1, pp=1, vocab_size=REAL_VOCAB)
-    with local_process_group():
-        original = load_plain_tensors(str(root / "untied_bias_tp2" / "iter_0000000"))
-        again = load_plain_tensors(str(root / "again_tp1" / "iter_0000000"))
+    original = _plain_tensors(root / "untied_bias_tp2" / "iter_0000000")
+    again = _plain_tensors(root / "again_tp1" / "iter_0000000")
     assert sorted(original) == sorted(again)
     for key, tensor in original.items():
         if "word_embeddings" in key or "output_layer" in key:
@@ -131,3 +135,18 @@ def test_tp2_to_hf_to_tp1_equals_original_gathered(converted):
             assert torch.equal(tensor[:384], again[key]) and not tensor[REAL_VOCAB:].any(), key
         else:
             assert torch.equal(tensor, again[key]), key
+
+
+def test_tied_pp2_checkpoint_exports_to_transformers(converted):
+    """PP=2, tied, no qkv bias -> HF: transformers loads it and reproduces the source logits."""
+    from transformers import Qwen2ForCausalLM
+
+    root, reference = converted
+    megatron_to_hf(root / "tied_nobias_pp2", root / "hf_tied_back")
+    model = Qwen2ForCausalLM.from_pretrained(root / "hf_tied_back").eval()
+    assert model.config.tie_word_embeddings and model.config.vocab_size == 320
+    assert not model.model.layers[0].self_attn.q_proj.bias.any()
+    tokens = torch.randint(0, REAL_VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(tokens).logits[..., :REAL_VOCAB]
+    assert (logits - reference["tied_nobias_pp2"]).abs().max().item() <= 1e-5

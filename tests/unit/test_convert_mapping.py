@@ -158,3 +158,33 @@ def test_dry_run_lists_every_tensor(tmp_path):
     assert "output_layer" not in text  # tied: HF has no lm_head
     assert "decoder.layers.1.self_attention.linear_qkv.bias <- model.layers.1.self_attn.q_proj.bias" in text
     assert len(text.splitlines()) == 1 + 1 + 2 * 7 + 1
+
+
+def test_qwen25_7b_config_and_vocab_padding():
+    """Qwen2.5-7B's config.json with the shipped tokenizer: 151,665 real ids, 152,064 rows at TP=4."""
+    from vepo_mcore.checkpoint.hf import tokenizer_vocab_size
+    from vepo_mcore.languages import default_tokenizer_dir
+    from vepo_mcore.models.vocab import padded_vocab_size
+
+    qwen7b = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "max_position_embeddings": 131072,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-06,
+        "sliding_window": 131072,
+        "use_sliding_window": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+    cfg = model_config_from_hf(qwen7b, vocab_size=tokenizer_vocab_size(default_tokenizer_dir()))
+    assert (cfg.vocab_size, cfg.head_dim, cfg.num_query_groups, cfg.kv_channels) == (151665, 128, 4, None)
+    cfg.validate(4)
+    assert padded_vocab_size(cfg.vocab_size, cfg.make_vocab_size_divisible_by, 4) == 152064
+    with pytest.raises(ValueError, match=r"tensor_model_parallel_size \(8\)"):
+        cfg.validate(8)

@@ -122,3 +122,26 @@ def test_missing_files_raise(tmp_path):
     (tmp_path / "config.yaml").write_text("model: {}\n")
     with pytest.raises(FileNotFoundError, match="latest_checkpointed_iteration"):
         megatron_to_hf(tmp_path, tmp_path / "out")
+
+
+def test_training_loop_loads_converted_checkpoint(tmp_path):
+    """vepo_mcore.training.checkpointing.load_checkpoint reads a conversion as a weights-only checkpoint."""
+    from vepo_mcore.checkpoint.convert import local_process_group
+    from vepo_mcore.checkpoint.mapping import megatron_to_hf_tensors
+    from vepo_mcore.config import JobConfig, load_config
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.training.checkpointing import load_checkpoint
+
+    tiny_qwen2_hf(tmp_path / "hf", vocab_size=320, num_layers=2)
+    hf_to_megatron(tmp_path / "hf", tmp_path / "mc")
+    cfg = load_config(JobConfig, tmp_path / "mc" / "config.yaml")
+    with local_process_group():
+        init_model_parallel(cfg.parallel)
+        model = build_model(cfg)
+        state = load_checkpoint(tmp_path / "mc", model)
+        loaded = {n: t.clone() for n, t in megatron_to_hf_tensors(model.state_dict(), cfg.model, 320)}
+    assert state.iteration == 0 and state.path.endswith("iter_0000000")
+    original = _tensors(tmp_path / "hf")
+    assert sorted(loaded) == sorted(original)
+    assert all(torch.equal(loaded[n], t) for n, t in original.items())

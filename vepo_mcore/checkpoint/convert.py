@@ -39,7 +39,7 @@ from vepo_mcore.checkpoint.hf import (
     read_hf_config,
     tokenizer_vocab_size,
 )
-from vepo_mcore.config import JobConfig, ParallelConfig, load_config, save_config
+from vepo_mcore.config import JobConfig, ParallelConfig, load_config, save_config, to_dict
 
 CONFIG_FILE = "config.yaml"
 HF_CONFIG_FILE = "hf_config.json"
@@ -216,13 +216,16 @@ def _sharded_state_dict(model_chunks) -> dict:
     return {f"model{i}": chunk.sharded_state_dict() for i, chunk in enumerate(chunks)}
 
 
-def save_megatron_checkpoint(model_chunks, ckpt_dir: str | Path, consume_model: bool = False) -> None:
+def save_megatron_checkpoint(
+    model_chunks, ckpt_dir: str | Path, consume_model: bool = False, common: dict | None = None
+) -> None:
     """Collective: every rank of the model's TP/PP layout writes its shards to `ckpt_dir`.
 
     consume_model=True (conversion, where the model is thrown away afterwards) frees each
     linear_fc1 weight as soon as its gate/up halves are copied out. The writer copies every
     tensor that is a view before writing anything, and megatron saves fc1 as two views
     ([gate; up] chunks): for Qwen2.5-7B that is 7.6 GB of 15 GB held twice.
+    common: plain values saved beside the tensors (common.pt), e.g. the training loop's fields.
     """
     from megatron.core import dist_checkpointing
 
@@ -233,6 +236,7 @@ def save_megatron_checkpoint(model_chunks, ckpt_dir: str | Path, consume_model: 
     sharded = _sharded_state_dict(model_chunks)
     if consume_model:
         _build_factories_freeing_sources(sharded)
+    sharded.update(common or {})
     dist_checkpointing.save(sharded, str(path))
 
 
@@ -288,6 +292,19 @@ def local_process_group():
         destroy()
 
 
+def weights_only_common(cfg: JobConfig) -> dict:
+    """common.pt of a weights-only checkpoint, as vepo_mcore.training.checkpointing writes and reads it."""
+    p = cfg.parallel
+    return {
+        "format_version": 1,
+        "iteration": 0,
+        "consumed_samples": 0,
+        "has_optimizer": False,
+        "parallel": {"tp": p.tensor_model_parallel_size, "pp": p.pipeline_model_parallel_size, "dp": 1},
+        "config": to_dict(cfg),
+    }
+
+
 @contextlib.contextmanager
 def _without_weight_init():
     """Build models with allocated but uninitialised weights (every one is overwritten next).
@@ -316,7 +333,9 @@ def _hf_to_megatron_rank(rank: int, world_size: int, hf_dir: str, out_dir: str, 
     reader = HFCheckpoint(hf_dir)
     load_hf_into_model(model, reader, cfg)
     reader.close()
-    save_megatron_checkpoint(model, iteration_dir(out_dir, 0), consume_model=True)
+    save_megatron_checkpoint(
+        model, iteration_dir(out_dir, 0), consume_model=True, common=weights_only_common(cfg)
+    )
 
 
 def hf_to_megatron(
@@ -355,6 +374,8 @@ def hf_to_megatron(
         run_processes(_hf_to_megatron_rank, world, args=(str(hf_dir), str(out), cfg))
     # The pointer and config are written last: a directory with them is a complete checkpoint.
     if not in_group or dist.get_rank() == 0:
+        # Inside the iteration too, like the training loop's checkpoints (self-contained).
+        save_config(cfg, iteration_dir(out, 0) / CONFIG_FILE)
         save_config(cfg, out / CONFIG_FILE)
         (out / LATEST_FILE).write_text("0\n")
     if in_group:

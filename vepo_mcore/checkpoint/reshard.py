@@ -27,6 +27,7 @@ from vepo_mcore.checkpoint.convert import (
     load_megatron_checkpoint,
     local_process_group,
     save_megatron_checkpoint,
+    weights_only_common,
 )
 from vepo_mcore.config import JobConfig, load_config, save_config
 
@@ -39,7 +40,9 @@ def _reshard_rank(rank: int, world_size: int, src: str, dst: str, cfg: JobConfig
     with _without_weight_init():
         model = build_model(cfg)
     load_megatron_checkpoint(model, src)
-    save_megatron_checkpoint(model, iteration_dir(dst, 0), consume_model=True)
+    save_megatron_checkpoint(
+        model, iteration_dir(dst, 0), consume_model=True, common=weights_only_common(cfg)
+    )
 
 
 def reshard_checkpoint(src: str | Path, dst: str | Path, tp: int = 1, pp: int = 1) -> Path:
@@ -80,6 +83,7 @@ def reshard_checkpoint(src: str | Path, dst: str | Path, tp: int = 1, pp: int = 
 
         run_processes(_reshard_rank, world, args=(str(src), str(out), cfg))
     if main:
+        save_config(cfg, iteration_dir(out, 0) / CONFIG_FILE)
         save_config(cfg, out / CONFIG_FILE)
         (out / LATEST_FILE).write_text("0\n")
     if in_group:
