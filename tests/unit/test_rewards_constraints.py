@@ -1,6 +1,7 @@
 """The constraint table: rates against a hand count, per direction, FLORES runs, and the tool's reader."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,8 @@ from vepo_mcore.rl.rewards.constraints import (
     flores_samples,
 )
 from vepo_mcore.rl.sample import Sample
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_rates_match_a_hand_count():
@@ -71,3 +74,31 @@ def test_jsonl_reader_names_the_bad_line(tmp_path):
         read_jsonl(path)
     path.write_text(json.dumps(good) + "\n", encoding="utf-8")
     assert read_jsonl(path)[0].response == "b"
+
+
+def test_tool_writes_markdown_and_json(tmp_path):
+    import subprocess
+    import sys
+
+    en, zh = load_flores("en"), load_flores("zh")
+    path = tmp_path / "hyps.jsonl"
+    rows = [{"source": en[i], "hypothesis": zh[i], "src_lang": "en", "tgt_lang": "zh"} for i in range(5)]
+    rows.append({"source": en[5], "hypothesis": en[5], "src_lang": "en", "tgt_lang": "zh"})  # untranslated
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    out = tmp_path / "table"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools" / "verify_constraints.py"),
+            "--input",
+            str(path),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    table = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+    assert table["overall"]["n"] == 6 and table["directions"]["en-zh"]["n"] == 6
+    assert table["overall"]["lang"] <= 100 * 5 / 6
+    assert "| en-zh | 6 |" in out.with_suffix(".md").read_text(encoding="utf-8")
