@@ -79,7 +79,32 @@ def test_interrupted_run_resumes_from_the_cache(tmp_path):
     assert not (tmp_path / "th-en.partial.jsonl").exists()
     finished = ReversingEngine()
     assert translate_direction(finished, direction, SOURCES, tokenizer=tok, cache_dir=tmp_path) == hyps
+    assert (
+        translate_direction(finished, direction, SOURCES[:4], tokenizer=tok, cache_dir=tmp_path) == hyps[:4]
+    )
     assert finished.calls == []  # a finished direction is read back, not regenerated
+
+
+def test_short_cache_is_extended_and_a_cut_record_is_redone(tmp_path):
+    tok, direction = load_tokenizer(), Direction("en", "km")
+    translate_direction(ReversingEngine(), direction, SOURCES[:3], tokenizer=tok, cache_dir=tmp_path)
+    partial = tmp_path / "en-km.partial.jsonl"
+    partial.write_text('{"index": 3, "hypothesis": "cached"}\n{"index": 4, "hypo', encoding="utf-8")
+    engine = ReversingEngine()
+    hyps = translate_direction(
+        engine, direction, SOURCES[:6], tokenizer=tok, batch_size=4, cache_dir=tmp_path
+    )
+    assert [s.source for batch in engine.calls for s in batch] == SOURCES[4:6]
+    assert hyps[3] == "cached" and hyps[:3] == [s[::-1] + " extra line" for s in SOURCES[:3]]
+    partial.write_text(
+        '{"index": 0, "hypothesis": "a"}\nnot json\n{"index": 1, "hypothesis": "b"}\n', encoding="utf-8"
+    )
+    (tmp_path / "en-km.txt").unlink()
+    with pytest.raises(ValueError, match="en-km.partial.jsonl:2: not a JSON record"):
+        translate_direction(engine, direction, SOURCES, tokenizer=tok, cache_dir=tmp_path)
+    partial.write_text('{"index": 1, "hypothesis": "b"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="partial.jsonl:1: expected {'index': 0"):
+        translate_direction(engine, direction, SOURCES, tokenizer=tok, cache_dir=tmp_path)
 
 
 def test_sanity_systems_and_hypothesis_files(tmp_path):

@@ -92,9 +92,10 @@ def translate_direction(
 ) -> list[str]:
     """Translate `sources` (n sentences) with `engine`; returns n one-line hypotheses.
 
-    With `cache_dir`, finished batches are appended to {dir}.partial.jsonl and the complete
-    result is written to {dir}.txt; a rerun returns {dir}.txt or resumes after the last
-    finished batch. `sampling` is passed to the engine unchanged (greedy or sampled); None means
+    With `cache_dir` (one directory per system: the cache does not key on model or template),
+    finished batches are appended to {dir}.partial.jsonl and the complete result is written to
+    {dir}.txt; a rerun returns the first n lines of {dir}.txt or resumes after the last finished
+    line (a shorter {dir}.txt from a --max-sentences run is extended). `sampling` is passed to the engine unchanged (greedy or sampled); None means
     greedy decoding up to 256 new tokens, stopping at the tokenizer's stop ids.
     """
     if sampling is None:
@@ -109,15 +110,21 @@ def translate_direction(
         cache.mkdir(parents=True, exist_ok=True)
         final, partial = _cache_paths(cache, direction)
         if final.is_file():
-            lines = read_lines(final)
-            if len(lines) == n:
-                return lines
+            done = read_lines(final)
+            if len(done) >= n:
+                return done[:n]
         if partial.is_file():
-            for lineno, line in enumerate(partial.read_text(encoding="utf-8").splitlines(), 1):
-                record = json.loads(line)
-                if record.get("index") != len(done):
+            lines = partial.read_text(encoding="utf-8").splitlines()
+            for lineno, line in enumerate(lines, 1):
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    if lineno == len(lines):  # the write the interruption cut short
+                        break
+                    raise ValueError(f"{partial}:{lineno}: not a JSON record") from None
+                if record.get("index") != len(done) or not isinstance(record.get("hypothesis"), str):
                     raise ValueError(
-                        f"{partial}:{lineno}: expected index {len(done)}, got {record.get('index')}"
+                        f"{partial}:{lineno}: expected {{'index': {len(done)}, 'hypothesis': str}}, got {line[:80]}"
                     )
                 done.append(record["hypothesis"])
             done = done[:n]
