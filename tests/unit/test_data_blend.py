@@ -98,25 +98,3 @@ def test_single_language_needs_no_blend(corpus):
     assert valid is None
     assert realised_language_share(train, cfg.data) == {"en": 1.0}
     assert len(train) >= 20
-
-
-def test_cache_dir_used_under_torch_distributed(corpus, tmp_path):
-    """With a process group (here 1-process gloo) megatron caches the indices in data.cache_dir;
-    the cached and in-memory builds give the same samples."""
-    import torch.distributed as dist
-
-    cfg = cpt_config(corpus, cache_dir=str(tmp_path / "cache"))
-    plain, _ = build_cpt_datasets(cfg, train_samples=200)
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        cached, _ = build_cpt_datasets(cfg, train_samples=200)
-        again, _ = build_cpt_datasets(cfg, train_samples=200)  # a cache hit this time
-    finally:
-        dist.destroy_process_group()
-    names = {p.name.split("-", 1)[1] for p in (tmp_path / "cache").iterdir()}
-    assert "BlendedDataset-train-dataset_index.npy" in names
-    assert "GPTDataset-train-shuffle_index.npy" in names
-    for i in (0, 57, 199):
-        assert torch.equal(plain[i]["tokens"], cached[i]["tokens"])
-        assert torch.equal(cached[i]["tokens"], again[i]["tokens"])
