@@ -4,6 +4,7 @@
     python tools/expand_tokenizer.py --out out/tok --corpus th=th.txt --corpus th=more_th.jsonl --corpus km=km.txt
 
 Without --corpus, each language trains on its FLORES-200 dev file (devtest is kept for the report).
+`--corpus ms=wordfreq:ms` adds a pseudo-corpus from the offline wordfreq list (ms, id, fil, vi).
 Corpora are streamed (.txt one text per line, .jsonl with a "text" field). The output directory
 loads with transformers.AutoTokenizer.from_pretrained and vepo_mcore.tokenizer.load_tokenizer and
 holds expansion_manifest.json (new ids per language, corpus sha256s).
@@ -17,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from vepo_mcore.languages import EXPANDED_LANGS, default_tokenizer_dir
-from vepo_mcore.tokenizer.expand import PROTECT_WORDS, default_corpora
+from vepo_mcore.tokenizer.expand import PROTECT_WORDS, WORDFREQ_PREFIX, default_corpora
 from vepo_mcore.tokenizer.pretokenizer import DEFAULT_PRETOKENIZER, PRETOKENIZERS
 from vepo_mcore.tokenizer.report import expand_and_report
 
@@ -36,6 +37,8 @@ def parse_corpora(specs: list[str]) -> dict[str, list[Path]]:
 
 def _display_path(path: Path) -> Path:
     """Paths inside the working directory are recorded relative to it (the manifest/report stay portable)."""
+    if str(path).startswith(WORDFREQ_PREFIX):
+        return path
     resolved = Path(path).resolve()
     return resolved.relative_to(Path.cwd()) if resolved.is_relative_to(Path.cwd()) else Path(path)
 
@@ -46,6 +49,11 @@ def main() -> None:
     )
     parser.add_argument("--base", default=str(default_tokenizer_dir()), help="base tokenizer directory")
     parser.add_argument("--corpus", action="append", default=[], metavar="LANG=PATH", help="repeatable")
+    parser.add_argument(
+        "--wordfreq",
+        default="",
+        help="comma-separated languages (ms,id,fil,vi) that also train on wordfreq:LANG",
+    )
     parser.add_argument("--tokens-per-lang", type=int, default=4000)
     parser.add_argument("--min-frequency", type=int, default=2, help="smallest pair count that is merged")
     parser.add_argument("--max-lines", type=int, default=None, help="read at most this many lines per file")
@@ -66,6 +74,10 @@ def main() -> None:
     args = parser.parse_args()
 
     corpora = parse_corpora(args.corpus) if args.corpus else default_corpora()
+    for lang in filter(None, args.wordfreq.split(",")):
+        if lang not in corpora:
+            raise SystemExit(f"--wordfreq {lang}: no corpus for that language ({', '.join(corpora)})")
+        corpora[lang].append(Path(WORDFREQ_PREFIX + lang))
     corpora = {lang: [_display_path(p) for p in paths] for lang, paths in corpora.items()}
     compare = [] if args.no_compare else sorted(PRETOKENIZERS)
     result, report = expand_and_report(

@@ -23,7 +23,8 @@ def test_expand_tool_writes_tokenizer_manifest_and_report(tmp_path):
     ms.write_text("".join(json.dumps({"text": line}) + "\n" for line in lines))
     out, report_dir = tmp_path / "tok", tmp_path / "report"
     cmd = [sys.executable, "tools/expand_tokenizer.py", "--corpus", f"th={th}", "--corpus", f"ms={ms}"]
-    cmd += ["--tokens-per-lang", "80", "--protect-words", "5000", "--no-compare", "--out", str(out)]
+    cmd += ["--wordfreq", "ms", "--tokens-per-lang", "80", "--protect-words", "5000", "--no-compare"]
+    cmd += ["--out", str(out)]
     cmd += ["--report-dir", str(report_dir)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -42,9 +43,10 @@ def test_expand_tool_writes_tokenizer_manifest_and_report(tmp_path):
         manifest["languages"]["th"]["first_id"] == 151_665
         and manifest["languages"]["ms"]["first_id"] == 151_745
     )
-    assert manifest["languages"]["ms"]["sources"] == [
-        {"path": str(ms), "sha256": file_sha256(ms), "lines": 300}
-    ]
+    ms_file, ms_wordfreq = manifest["languages"]["ms"]["sources"]
+    assert ms_file == {"path": str(ms), "sha256": file_sha256(ms), "lines": 300}
+    assert ms_wordfreq["path"] == "wordfreq:ms" and ms_wordfreq["lines"] > 50_000
+    assert len(ms_wordfreq["sha256"]) == 64
     assert manifest["pretokenizer"] == "mark_aware"
 
     report = json.loads((report_dir / "compression.json").read_text())
@@ -56,7 +58,7 @@ def test_expand_tool_writes_tokenizer_manifest_and_report(tmp_path):
     assert th_row["gain"]["expanded_mark_aware"] > 1.75  # more than the regex change alone
     assert report["invariants"]["mark_aware"]["errors"] == []
     markdown = (report_dir / "compression.md").read_text()
-    assert "FLORES-200 dev only" in markdown and "What larger corpora would change" in markdown
+    assert "wordfreq:ms" in report["training_data"] and "What larger corpora would change" in markdown
     assert Image.open(report_dir / "compression.png").size[0] > 500
 
 

@@ -45,6 +45,9 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
 )
 MANIFEST = "expansion_manifest.json"
+WORDFREQ_PREFIX = "wordfreq:"
+"""Corpus spec for a wordfreq pseudo-corpus, e.g. `--corpus ms=wordfreq:ms`."""
+WORDFREQ_SCALE = 100_000
 _WORD_CHAR = regex.compile(r"[\p{L}\p{M}]")
 _MARK = regex.compile(r"\p{M}")
 
@@ -71,8 +74,37 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def wordfreq_lines(lang: str) -> Iterator[str]:
+    """Pseudo-corpus from a wordfreq list: " word" repeated round(frequency * WORDFREQ_SCALE) times.
+
+    ~100k word occurrences per language (several times FLORES dev), frequent words weighted up.
+    Lists exist offline for ms, id, fil (~30k words) and vi (~10k); not for th, km, lo, my.
+    """
+    import wordfreq
+
+    if lang not in wordfreq.available_languages(wordlist="best"):
+        raise ValueError(f"wordfreq has no list for {lang!r} (corpus {WORDFREQ_PREFIX}{lang})")
+    for word, freq in wordfreq.get_frequency_dict(lang, wordlist="best").items():
+        yield from [" " + word] * round(freq * WORDFREQ_SCALE)
+
+
+def source_sha256(path: str | Path) -> str:
+    """sha256 of a corpus file, or of the generated text of a wordfreq source."""
+    if str(path).startswith(WORDFREQ_PREFIX):
+        digest = hashlib.sha256()
+        for line in wordfreq_lines(str(path)[len(WORDFREQ_PREFIX) :]):
+            digest.update(line.encode() + b"\n")
+        return digest.hexdigest()
+    return file_sha256(path)
+
+
 def iter_corpus(path: str | Path, max_lines: int | None = None) -> Iterator[str]:
-    """Stream text lines: .txt (one document per line) or .jsonl (a "text" field per line)."""
+    """Stream text lines: .txt (one document per line), .jsonl (a "text" field per line) or
+    `wordfreq:LANG` (wordfreq_lines)."""
+    if str(path).startswith(WORDFREQ_PREFIX):
+        lines = wordfreq_lines(str(path)[len(WORDFREQ_PREFIX) :])
+        yield from (line for n, line in enumerate(lines) if max_lines is None or n < max_lines)
+        return
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {path} does not exist")
@@ -284,7 +316,7 @@ def expand_tokenizer(
 ) -> ExpansionResult:
     """Learn and append `n_tokens` new tokens per language (fewer if pairs run below min_frequency).
 
-    corpora: language code -> corpus files (.txt/.jsonl), processed in EXPANDED_LANGS order.
+    corpora: language code -> corpus files (.txt/.jsonl) or `wordfreq:LANG`, in EXPANDED_LANGS order.
     n_tokens: one budget for every language, or language -> budget.
     protection: precomputed protected_pairs (to reuse across runs); computed when None.
     protect_words: wordfreq words per protected language (tests use fewer to run faster).
@@ -339,7 +371,7 @@ def expand_tokenizer(
                 disable=None,
             )
             words.update(count_words(current, stream))
-            sources.append({"path": str(path), "sha256": file_sha256(path), "lines": lines})
+            sources.append({"path": str(path), "sha256": source_sha256(path), "lines": lines})
         segmented = segment_words(current, words)
         first_id = len(strings)
         budget = n_tokens[lang] if isinstance(n_tokens, Mapping) else n_tokens

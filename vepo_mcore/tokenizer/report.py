@@ -59,6 +59,14 @@ def measure_compression(
     return out
 
 
+def _training_data(manifest: dict) -> str:
+    paths = [src["path"] for entry in manifest["languages"].values() for src in entry["sources"]]
+    if all("flores200/dev/" in path for path in paths):
+        return "FLORES-200 dev only (devtest is never a training source)"
+    extra = sorted({path for path in paths if "flores200/dev/" not in path})
+    return "FLORES-200 dev plus " + ", ".join(extra) + " (devtest is never a training source)"
+
+
 def build_report(base_dir: Path, results: Mapping[str, ExpansionResult], chosen: str) -> dict:
     """Measure base, base with each pre-tokenizer, and every expansion; check invariants of each."""
     base_json = read_tokenizer_json(base_dir)
@@ -80,7 +88,7 @@ def build_report(base_dir: Path, results: Mapping[str, ExpansionResult], chosen:
     chosen_gain = {lang: stats[lang]["gain"][f"expanded_{chosen}"] for lang in GOAL_LANGS}
     return {
         "split": "FLORES-200 devtest",
-        "training_data": "FLORES-200 dev only (devtest is never a training source)",
+        "training_data": _training_data(results[chosen].manifest()),
         "chosen_pretokenizer": chosen,
         "goal": {
             "langs": list(GOAL_LANGS),
@@ -196,7 +204,9 @@ def _plot(report: dict, file: Path) -> None:
     )
     ax.set_xticks(range(len(langs)), langs)
     ax.set_ylabel("gain (base tokens / tokens)")
-    ax.set_title("Compression gain on FLORES-200 devtest (trained on FLORES dev only)")
+    ax.set_title(
+        f"Compression gain on FLORES-200 devtest (trained on {report['training_data'].split(' (')[0]})"
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(file, dpi=120)
