@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import shutil
 import subprocess
 import sys
@@ -106,28 +106,41 @@ def write_random_checkpoint(out: Path, cfg: dict, shard_bytes: int = 1 << 30) ->
 
 
 def run_and_measure(cmd: list[str]) -> tuple[int, int, float]:
-    """(peak PSS summed over the process tree, sampled every 50 ms; child ru_maxrss; seconds).
+    """(peak PSS summed over the process tree, sampled every 50 ms; the child's ru_maxrss; seconds).
 
     PSS, not RSS, for the sum: the checkpoint writer forks, and a forked child's RSS counts the
-    pages it shares with its parent a second time.
+    pages it shares with its parent a second time. ru_maxrss comes from wait4 on this child
+    (its largest process among itself and the descendants it waited for).
     """
     start = time.time()
     log = tempfile.TemporaryFile()  # a file, not a pipe: a full pipe would stall the child
-    proc = psutil.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    root = psutil.Process(proc.pid)
     peak = 0
-    while proc.poll() is None:
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
         try:
-            procs = [proc, *proc.children(recursive=True)]
-            peak = max(peak, sum(p.memory_full_info().pss for p in procs if p.is_running()))
+            procs = [root, *root.children(recursive=True)]
+            peak = max(peak, sum(p.memory_full_info().pss for p in procs))
         except psutil.Error:
             pass
         time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     log.seek(0)
-    output = log.read().decode(errors="replace")
     if proc.returncode != 0:
-        raise RuntimeError(f"conversion failed ({proc.returncode}):\n{output[-4000:]}")
-    maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # KiB on Linux
-    return peak, maxrss, time.time() - start
+        output = log.read().decode(errors="replace")
+        raise RuntimeError(f"{' '.join(cmd[1:3])} failed ({proc.returncode}):\n{output[-4000:]}")
+    return peak, usage.ru_maxrss * 1024, time.time() - start  # ru_maxrss is in KiB on Linux
+
+
+def report(what: str, peak: int, maxrss: int, seconds: float, disk: int) -> None:
+    print(
+        f"{what}: {seconds:.1f} s, peak PSS (process tree) {peak / 2**30:.2f} GiB, "
+        f"largest process ru_maxrss {maxrss / 2**30:.2f} GiB, "
+        f"ratio to checkpoint size {max(peak, maxrss) / disk:.2f}"
+    )
 
 
 def main() -> None:
@@ -140,36 +153,45 @@ def main() -> None:
     parser.add_argument("--vocab-rows", type=int, default=151936)
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--write-checkpoint-to", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     from vepo_mcore.languages import default_tokenizer_dir
 
     cfg = qwen2_config(args.layers, args.hidden, args.ffn, 16, 2, args.vocab_rows)
+    if args.write_checkpoint_to:
+        print(write_random_checkpoint(Path(args.write_checkpoint_to), cfg))
+        return
     tmp = Path(tempfile.mkdtemp(prefix="vepo_convert_bench_"))
     try:
         hf_dir = tmp / "hf"
-        params = write_random_checkpoint(hf_dir, cfg)
+        # Generated in a child process: a child forked from a big parent starts with the parent's
+        # RSS, which ru_maxrss would then report for the conversion.
+        shape_args = sys.argv[1:] + ["--write-checkpoint-to", str(hf_dir)]
+        written = subprocess.run(
+            [sys.executable, __file__, *shape_args], check=True, capture_output=True, text=True
+        )
+        params = int(written.stdout.split()[-1])
         for tok_file in default_tokenizer_dir().iterdir():
             if tok_file.suffix in (".json", ".jinja"):
                 shutil.copyfile(tok_file, hf_dir / tok_file.name)
         disk = sum(p.stat().st_size for p in hf_dir.glob("*.safetensors"))
-        cmd = [
-            sys.executable,
-            "tools/convert_hf.py",
-            "hf-to-megatron",
-            "--hf",
-            str(hf_dir),
-            "--out",
-            str(tmp / "mc"),
-        ]
-        cmd += ["--tp", str(args.tp), "--pp", str(args.pp)]
-        peak, maxrss, seconds = run_and_measure(cmd)
-        out_disk = sum(p.stat().st_size for p in (tmp / "mc").rglob("*") if p.is_file())
-        print(f"params {params / 1e9:.3f} B, HF checkpoint on disk {disk / 2**30:.2f} GiB (bf16)")
-        print(f"megatron checkpoint on disk {out_disk / 2**30:.2f} GiB, conversion took {seconds:.1f} s")
-        print(
-            f"peak PSS (process tree, sampled) {peak / 2**30:.2f} GiB; largest process ru_maxrss {maxrss / 2**30:.2f} GiB"
+        tool = [sys.executable, "tools/convert_hf.py"]
+        mc_dir, back_dir = tmp / "mc", tmp / "hf_back"
+        to_mc = [*tool, "hf-to-megatron", "--hf", str(hf_dir), "--out", str(mc_dir), "--tp", str(args.tp)]
+        to_mc += ["--pp", str(args.pp)]
+        to_mc_stats = run_and_measure(to_mc)
+        out_disk = sum(p.stat().st_size for p in mc_dir.rglob("*") if p.is_file())
+        to_hf_stats = run_and_measure(
+            [*tool, "megatron-to-hf", "--ckpt", str(mc_dir), "--out", str(back_dir)]
         )
-        print(f"ratio peak memory / checkpoint size = {max(peak, maxrss) / disk:.2f}  (goal <= 1.5)")
+        print(f"params {params / 1e9:.3f} B, HF checkpoint on disk {disk / 2**30:.2f} GiB (bf16)")
+        print(f"megatron checkpoint on disk {out_disk / 2**30:.2f} GiB (TP={args.tp}, PP={args.pp})")
+        report("HF -> Megatron", *to_mc_stats, disk)
+        report("Megatron -> HF (reference point, no goal)", *to_hf_stats, disk)
+        peak, maxrss, _ = to_mc_stats
+        print(
+            f"ratio peak memory / checkpoint size (HF -> Megatron) = {max(peak, maxrss) / disk:.2f}  (goal <= 1.5)"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -142,6 +142,8 @@ def _edit_config(hf_dir, **changes):
         ({}, {"tp": 3}, "num_attention_heads"),
         ({}, {"pp": 3}, "num_hidden_layers"),
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, {}, "rope"),
+        ({"vocab_size": 384}, {}, "embed_tokens.weight rows"),
+        ({"layer_types": ["sliding_attention", "full_attention"]}, {}, "layer_types"),
     ],
 )
 def test_unsupported_configs_raise_naming_the_field(tmp_path, changes, kwargs, field):

@@ -107,6 +107,12 @@ def plan_hf_to_megatron(
             f"config.json: num_hidden_layers ({model_cfg.num_layers}) must be divisible by "
             f"parallel.pipeline_model_parallel_size ({pp})"
         )
+    rows = reader.shape("model.embed_tokens.weight")[0] if "model.embed_tokens.weight" in reader else None
+    if rows != int(reader.config["vocab_size"]):
+        raise ValueError(
+            f"{hf_dir}: config.json vocab_size ({reader.config['vocab_size']}) differs from the "
+            f"model.embed_tokens.weight rows ({rows})"
+        )
     if reader.config.get("tie_word_embeddings") is False and "lm_head.weight" not in reader:
         raise ValueError(f"{hf_dir}: tie_word_embeddings is false but the checkpoint has no lm_head.weight")
     return cfg, reader
