@@ -170,3 +170,15 @@ def test_add_many_writes_the_same_files_as_add(tmp_path):
         w.add_many(np.concatenate(docs[4:]), [len(d) for d in docs[4:]])
     for suffix in (".bin", ".idx"):
         assert (tmp_path / f"one{suffix}").read_bytes() == (tmp_path / f"many{suffix}").read_bytes()
+
+
+def test_gzipped_jsonl_and_txt(tmp_path):
+    import gzip
+
+    with gzip.open(tmp_path / "a.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write(json.dumps({"text": DOCS[1]}, ensure_ascii=False) + "\n")
+    with gzip.open(tmp_path / "b.txt.gz", "wt", encoding="utf-8") as f:
+        f.write(DOCS[2] + "\n")
+    prefix = str(tmp_path / "gz_text_document")
+    preprocess([tmp_path / "a.jsonl.gz", tmp_path / "b.txt.gz"], prefix, progress=False)
+    assert_docs(prefix, DOCS[1:3])

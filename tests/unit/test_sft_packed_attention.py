@@ -34,10 +34,11 @@ def _check(rank: int, world: int) -> None:
     encoded = [(rng.integers(0, VOCAB, n), rng.random(n) < 0.5) for n in lengths]
     packed = pack_conversations(encoded, seq_length=40, pad_id=0)
     assert packed.tokens.shape == (1, 40)
-    tokens = torch.from_numpy(packed.tokens)
-    segments = torch.from_numpy(packed.segment_ids)
+    tokens = torch.from_numpy(packed.tokens).long()
+    positions = torch.from_numpy(packed.position_ids).long()
+    segments = torch.from_numpy(packed.segment_ids).long()
     with torch.no_grad():
-        logits = model(tokens, torch.from_numpy(packed.position_ids), block_causal_mask(segments))
+        logits = model(tokens, positions, block_causal_mask(segments))
         offset = 0
         for ids, _ in encoded:
             n = len(ids) - 1
@@ -47,7 +48,7 @@ def _check(rank: int, world: int) -> None:
             assert diff < 1e-5, f"packed conversation at {offset} differs from running it alone by {diff}"
             offset += n
         # Without the block mask the later conversations would see the earlier ones.
-        leaky = model(tokens, torch.from_numpy(packed.position_ids), None)
+        leaky = model(tokens, positions, None)
         n0 = lengths[0] - 1
         assert (leaky[0, n0 : n0 + 5, :VOCAB] - logits[0, n0 : n0 + 5, :VOCAB]).abs().max().item() > 1e-4
 

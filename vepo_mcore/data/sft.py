@@ -108,7 +108,8 @@ def tokenize_conversation(tok: Tokenizer, messages: list[dict[str, str]]) -> tup
 
 @dataclass
 class Packed:
-    """Samples of one phase as [num_samples, s] arrays."""
+    """Samples of one phase as [num_samples, s] arrays, stored compactly (int32 ids, uint8 mask);
+    SFTPhaseDataset hands out int64 / float32 tensors."""
 
     tokens: np.ndarray
     labels: np.ndarray
@@ -151,11 +152,11 @@ def pack_conversations(
 
     n = len(samples)
     out = Packed(
-        tokens=np.full((n, seq_length), pad_id, dtype=np.int64),
-        labels=np.full((n, seq_length), pad_id, dtype=np.int64),
-        loss_mask=np.zeros((n, seq_length), dtype=np.float32),
-        position_ids=np.zeros((n, seq_length), dtype=np.int64),
-        segment_ids=np.full((n, seq_length), -1, dtype=np.int64),
+        tokens=np.full((n, seq_length), pad_id, dtype=np.int32),
+        labels=np.full((n, seq_length), pad_id, dtype=np.int32),
+        loss_mask=np.zeros((n, seq_length), dtype=np.uint8),
+        position_ids=np.zeros((n, seq_length), dtype=np.int32),
+        segment_ids=np.full((n, seq_length), -1, dtype=np.int32),
         truncated=truncated,
     )
     for row, parts in enumerate(samples):
@@ -287,11 +288,11 @@ class SFTPhaseDataset(torch.utils.data.Dataset):
     def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
         p = self.packed
         sample = {
-            "tokens": torch.from_numpy(p.tokens[idx]),
-            "labels": torch.from_numpy(p.labels[idx]),
-            "loss_mask": torch.from_numpy(p.loss_mask[idx]),
-            "position_ids": torch.from_numpy(p.position_ids[idx]),
-            "segment_ids": torch.from_numpy(p.segment_ids[idx]),
+            "tokens": torch.from_numpy(p.tokens[idx].astype(np.int64)),
+            "labels": torch.from_numpy(p.labels[idx].astype(np.int64)),
+            "loss_mask": torch.from_numpy(p.loss_mask[idx].astype(np.float32)),
+            "position_ids": torch.from_numpy(p.position_ids[idx].astype(np.int64)),
+            "segment_ids": torch.from_numpy(p.segment_ids[idx].astype(np.int64)),
         }
         if self.attention_mask:
             sample["attention_mask"] = block_causal_mask(sample["segment_ids"])
