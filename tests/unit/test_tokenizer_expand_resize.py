@@ -8,7 +8,7 @@ import torch
 from vepo_mcore.languages import default_tokenizer_dir, flores_path, load_flores
 from vepo_mcore.tokenizer.expand import expand_tokenizer
 from vepo_mcore.tokenizer.resize import new_row_sources, resize_embedding
-from vepo_mcore.tokenizer.tokenizer import Tokenizer
+from vepo_mcore.tokenizer.tokenizer import Tokenizer, load_tokenizer
 
 BASE = 151_665
 
@@ -23,9 +23,13 @@ def expanded(tmp_path_factory):
     return Tokenizer(out)
 
 
-def test_sources_are_base_encodings_of_the_decoded_token(expanded):
-    base = Tokenizer(default_tokenizer_dir())
-    sources = new_row_sources(base, expanded)
+@pytest.fixture(scope="module")
+def sources(expanded):
+    return new_row_sources(load_tokenizer(), expanded)
+
+
+def test_sources_are_base_encodings_of_the_decoded_token(expanded, sources):
+    base = load_tokenizer()
     assert sorted(sources) == list(range(BASE, expanded.vocab_size)) and len(sources) == 120
     for new_id, ids in sources.items():
         token = expanded.backend.id_to_token(new_id)
@@ -36,9 +40,8 @@ def test_sources_are_base_encodings_of_the_decoded_token(expanded):
             assert ids == base.encode(text)
 
 
-def test_resize_rows(expanded):
-    base = Tokenizer(default_tokenizer_dir())
-    sources = new_row_sources(base, expanded)
+def test_resize_rows(expanded, sources):
+    base = load_tokenizer()
     torch.manual_seed(0)
     weight = torch.randn(152_064, 8, dtype=torch.bfloat16)  # Qwen2.5-7B rows incl. padding
     new_vocab = expanded.vocab_size
@@ -73,3 +76,8 @@ def test_resize_rejects_bad_input():
         resize_embedding(weight, 6, 8, {5: [5]})
     with pytest.raises(ValueError, match="cover new ids"):
         resize_embedding(torch.zeros(8, 2), 7, 8, {5: [0], 7: [0]})
+
+
+def test_sources_reject_a_smaller_expanded_tokenizer(expanded):
+    with pytest.raises(ValueError, match="fewer than the base"):
+        new_row_sources(expanded, load_tokenizer())
