@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import time
 
 from vepo_mcore.eval.directions import ALL_DIRECTIONS
@@ -44,17 +45,24 @@ def main() -> None:
     print(
         f"{len(tasks)} directions, {n} sentences, metrics {', '.join(DEFAULT_METRICS)}, bootstrap={args.bootstrap}"
     )
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     serial = score_all(tasks, workers=1, progress=True)
-    t_serial = time.perf_counter() - start
-    start = time.perf_counter()
+    t_serial, cpu_serial = time.perf_counter() - start, time.process_time() - cpu
+    start, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     parallel = score_all(tasks, workers=args.workers, progress=True)
     t_parallel = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_parallel = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
     if [r.scores for r in serial] != [r.scores for r in parallel]:
         raise SystemExit("serial and parallel scores differ")
     print(f"serial (1 process):      {t_serial:7.2f} s  ({n / t_serial:,.0f} sentences/s)")
     print(f"parallel ({args.workers} processes): {t_parallel:7.2f} s  ({n / t_parallel:,.0f} sentences/s)")
-    print(f"speed-up parallel/serial: {t_serial / t_parallel:.2f}x")
+    print(f"speed-up parallel/serial: {t_serial / t_parallel:.2f}x (wall clock)")
+    # CPU seconds show the work itself, independent of other load on a shared machine
+    print(
+        f"CPU seconds: serial {cpu_serial:.1f}, parallel workers {cpu_parallel:.1f} (overhead {cpu_parallel / cpu_serial:.2f}x)"
+    )
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":
