@@ -17,11 +17,13 @@ Transformer Engine spec ignores explicit masks in decode, so on GPUs use the SGL
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
 
+from vepo_mcore.parallel.device import has_cuda
 from vepo_mcore.rl.rollout.base import (
     SamplingParams,
     as_samples,
@@ -138,7 +140,7 @@ class EmbeddedEngine:
         mask = causal[None, None] | is_pad[:, None, None, :prompt_len]
         step_input = tokens
         steps = 0
-        with torch.no_grad():
+        with torch.no_grad(), _without_cpu_shim_mode():
             for step in range(sampling.max_new_tokens):
                 positions = torch.arange(
                     ctx.sequence_len_offset, ctx.sequence_len_offset + step_input.shape[1]
@@ -215,6 +217,21 @@ class EmbeddedEngine:
                 )
             packed = packed.cpu()
         return packed[0].long(), packed[1].float()
+
+
+@contextlib.contextmanager
+def _without_cpu_shim_mode():
+    """Suspend the CPU shim's torch-function mode while decoding.
+
+    The mode (parallel/device.py) rewrites device="cuda" in every torch call; megatron's inference
+    forward allocates nothing on "cuda" by name (its buffers use torch.cuda.current_device(), which
+    the shim maps to CPU), and the mode costs ~40% of a tiny model's decode step.
+    """
+    if has_cuda():
+        yield
+        return
+    with torch._C.DisableTorchFunction():
+        yield
 
 
 def _unwrap(model):
