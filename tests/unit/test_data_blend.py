@@ -98,3 +98,20 @@ def test_single_language_needs_no_blend(corpus):
     assert valid is None
     assert realised_language_share(train, cfg.data) == {"en": 1.0}
     assert len(train) >= 20
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"paths": {"en": "/p", "xx": "/q"}}, r"data.paths has unknown language\(s\) \['xx'\]"),
+        (
+            {"paths": {"en": "/p", "th": "/q"}, "language_weights": {"en": 1.0}},
+            r"language_weights has \['en'\]",
+        ),
+        ({"paths": {"th": "/q"}}, "data.english_weight is 0.5 but data.paths has no 'en'"),
+    ],
+)
+def test_config_validate_catches_blend_mistakes_early(data, message):
+    with pytest.raises(ValueError, match=message):
+        cpt_config(**data).validate()
+    cpt_config(paths={"th": "/q"}, english_weight=0.0).validate()

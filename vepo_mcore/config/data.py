@@ -65,6 +65,23 @@ class DataConfig:
         for lang, weight in self.language_weights.items():
             if weight < 0:
                 raise ValueError(f"data.language_weights.{lang} must be >= 0, got {weight}")
+        if self.mode == "cpt" and self.paths:
+            from vepo_mcore.languages import LANGS
+
+            unknown = sorted(set(self.paths) - set(LANGS))
+            if unknown:
+                raise ValueError(f"data.paths has unknown language(s) {unknown}; known: {', '.join(LANGS)}")
+            stray = sorted(set(self.language_weights) - (set(self.paths) - {"en"}))
+            if stray:
+                raise ValueError(
+                    f"data.language_weights has {stray}: not a non-English language of data.paths "
+                    "(English takes data.english_weight)"
+                )
+            if "en" not in self.paths and self.english_weight > 0:
+                raise ValueError(
+                    f"data.english_weight is {self.english_weight} but data.paths has no 'en'; "
+                    "add an English dataset or set data.english_weight: 0"
+                )
         if self.reset_attention_mask and not self.create_attention_mask:
             raise ValueError("data.reset_attention_mask needs data.create_attention_mask: true")
         for i, phase in enumerate(self.sft_phases):
