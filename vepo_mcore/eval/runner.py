@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,6 +85,9 @@ class EvalJob:
     width: int = 1
     """Decimals of BLEU/chrF in tables (the sacrebleu CLI's --width)."""
     comet_batch_size: int = 64
+    comet_model: Any = None
+    """An already loaded COMET model (anything with COMET's `predict`), e.g. shared across runs;
+    takes the place of loading eval.comet_checkpoint."""
     plots: bool = True
     constraints: bool = True
     """Constraint table (needs vepo_mcore.rl.rewards.constraints; skipped with a note when absent)."""
@@ -198,7 +202,7 @@ def _load_direction(job: EvalJob, direction: Direction) -> tuple[list[str], list
 def _add_comet(job: EvalJob, tasks: list[DirectionTask], results: list[DirectionResult]) -> None:
     from vepo_mcore.eval.comet import comet_segment_scores, load_comet
 
-    model = load_comet(job.eval.comet_checkpoint)
+    model = job.comet_model if job.comet_model is not None else load_comet(job.eval.comet_checkpoint)
     systems = [[t.hypotheses for t in tasks]]
     if job.baseline is not None:
         systems.append([t.baseline for t in tasks])
@@ -212,7 +216,8 @@ def _add_comet(job: EvalJob, tasks: list[DirectionTask], results: list[Direction
         )
         for hyps in systems
     ]
-    signature = f"comet:{Path(job.eval.comet_checkpoint).name}|batch:{job.comet_batch_size}"
+    source = Path(job.eval.comet_checkpoint).name if job.eval.comet_checkpoint else type(model).__name__
+    signature = f"comet:{source}|batch:{job.comet_batch_size}"
     for d, result in enumerate(results):
         segments = np.asarray(per_system[0][d], dtype=np.float64)
         result.scores["comet"] = float(segments.mean())
@@ -364,7 +369,7 @@ def run_evaluation(job: EvalJob) -> dict:
         )
     results = score_all(tasks, job.workers, job.progress)
     all_metrics = metrics
-    if job.eval.comet_checkpoint:
+    if job.eval.comet_checkpoint or job.comet_model is not None:
         _add_comet(job, tasks, results)
         all_metrics = (*metrics, "comet")
 
