@@ -158,7 +158,11 @@ def test_dry_run_lists_every_tensor(tmp_path):
     text = dry_run(tmp_path, tp=2)
     assert "megatron rows 512" in text
     assert "output_layer" not in text  # tied: HF has no lm_head
-    assert "decoder.layers.1.self_attention.linear_qkv.bias <- model.layers.1.self_attn.q_proj.bias" in text
+    assert (
+        "decoder.layers.1.self_attention.linear_qkv.bias [128] <- model.layers.1.self_attn.q_proj.bias"
+        in text
+    )
+    assert "embedding.word_embeddings.weight [512, 64] <- model.embed_tokens.weight  [vocab, column]" in text
     assert len(text.splitlines()) == 1 + 1 + 2 * 7 + 1
 
 

@@ -93,7 +93,7 @@ def test_cli_dry_run_and_error(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert (
-        "mlp.linear_fc1.weight <- model.layers.0.mlp.gate_proj.weight + model.layers.0.mlp.up_proj.weight"
+        "mlp.linear_fc1.weight [352, 64] <- model.layers.0.mlp.gate_proj.weight + model.layers.0.mlp.up_proj.weight"
         in out
     )
     assert not (tmp_path / "mc").exists()

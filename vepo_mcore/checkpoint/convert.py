@@ -119,7 +119,7 @@ def plan_hf_to_megatron(
 
 
 def dry_run(hf_dir: str | Path, tp: int = 1, pp: int = 1, vocab_size: int | None = None) -> str:
-    """The tensor mapping as text: megatron name <- HF names (fusion, TP split, full shape)."""
+    """The tensor mapping as text: megatron name [full shape] <- HF names [fusion, TP split]."""
     cfg, reader = plan_hf_to_megatron(hf_dir, tp, pp, vocab_size)
     from vepo_mcore.models.vocab import padded_vocab_size
 
@@ -131,7 +131,12 @@ def dry_run(hf_dir: str | Path, tp: int = 1, pp: int = 1, vocab_size: int | None
         f"megatron rows {padded} (TP={tp}, PP={pp}), tied={m.tie_word_embeddings}, qkv_bias={m.add_qkv_bias}"
     ]
     for name, hf_names, kind, tp_split in mapping.mapping_table(m):
-        lines.append(f"{name} <- {' + '.join(hf_names)}  [{kind}, {tp_split}]")
+        shapes = [reader.shape(n) for n in hf_names]
+        if kind == "vocab":
+            shape = [padded, *shapes[0][1:]]
+        else:
+            shape = [sum(s[0] for s in shapes), *shapes[0][1:]]
+        lines.append(f"{name} {shape} <- {' + '.join(hf_names)}  [{kind}, {tp_split}]")
     return "\n".join(lines)
 
 
