@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vepo_mcore.config.base import from_dict
-from vepo_mcore.config.eval import EvalConfig
+from vepo_mcore.config import EvalConfig, JobConfig
+from vepo_mcore.config.base import from_dict, load_config, to_dict
 from vepo_mcore.eval.runner import EvalJob, SystemSpec, print_summary, run_evaluation
 
 
@@ -33,8 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-system", help="baseline as a sanity system: reference, copy-source")
     parser.add_argument("--baseline-name", help="display name of the baseline")
     parser.add_argument("--out", default="reports/eval/run", help="output directory")
-    parser.add_argument("--directions", default="all", help="src-tgt pairs and/or groups x2e,e2x,x2x,all")
-    parser.add_argument("--split", default="devtest", help="FLORES split: dev or devtest")
+    parser.add_argument(
+        "--config", help="job YAML (examples/configs/*.yaml): its eval section gives the defaults"
+    )
+    parser.add_argument("--directions", help="src-tgt pairs and/or groups x2e,e2x,x2x,all (default: all)")
+    parser.add_argument("--split", help="FLORES split: dev or devtest (default: devtest)")
     parser.add_argument("--max-sentences", type=int, default=None, help="first N sentences per direction")
     parser.add_argument("--eval.spm_model", dest="spm_model", help="flores200 sentencepiece model -> spBLEU")
     parser.add_argument("--eval.comet_checkpoint", dest="comet_checkpoint", help="COMET-22 model.ckpt path")
@@ -53,16 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline_hyp_dir or args.baseline_system:
         kind = args.baseline_system or "hyp-dir"
         baseline = SystemSpec(kind=kind, hyp_dir=args.baseline_hyp_dir, name=args.baseline_name)
-    cfg = from_dict(
-        EvalConfig,
-        {
-            "directions": args.directions,
-            "split": args.split,
-            "max_sentences": args.max_sentences,
-            "spm_model": args.spm_model,
-            "comet_checkpoint": args.comet_checkpoint,
-        },
-    )
+    base = to_dict(load_config(JobConfig, args.config).eval) if args.config else {}
+    flags = {
+        "directions": args.directions,
+        "split": args.split,
+        "max_sentences": args.max_sentences,
+        "spm_model": args.spm_model,
+        "comet_checkpoint": args.comet_checkpoint,
+    }
+    cfg = from_dict(EvalConfig, {**base, **{k: v for k, v in flags.items() if v is not None}})
     job = EvalJob(
         eval=cfg,
         system=system,
