@@ -57,6 +57,18 @@ def test_loss_mask_covers_exactly_the_assistant_tokens():
     assert not mask[starts].any() and not mask[starts + 1].any()
 
 
+def test_ids_equal_transformers_chat_template():
+    """Reference: Qwen2.5's own chat template through transformers (with a system message it adds
+    no default one) gives the same ids."""
+    from transformers import AutoTokenizer
+
+    tok = load_tokenizer()
+    hf = AutoTokenizer.from_pretrained(str(tok.path))
+    ref = hf.apply_chat_template(CONV, tokenize=True)
+    ref = ref["input_ids"] if isinstance(ref, dict) or hasattr(ref, "keys") else ref
+    assert tokenize_conversation(tok, CONV)[0].tolist() == list(ref)
+
+
 def test_packed_labels_and_loss_mask_stay_inside_each_conversation():
     tok = load_tokenizer()
     convs = [CONV, CONV[1:3], [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]]
