@@ -14,7 +14,8 @@ mirrors the parts of SGLang's offline API the backend uses (python/sglang/srt/en
     engine.flush_cache(); engine.get_weights_by_name(name, truncate_size=100); engine.shutdown()
 
 plus `FlattenedTensorBucket` / `FlattenedTensorMetadata` (sglang.srt.weight_sync.tensor_bucket) and
-`MultiprocessingSerializer` (sglang.srt.utils) with the same constructors and methods. Generation
+`MultiprocessingSerializer` (sglang.srt.utils; zero-copy in-process handles standing in for CUDA IPC)
+with the same constructors and methods. Generation
 runs `transformers.Qwen2ForCausalLM` on the weights received (fp32 on CPU). Like SGLang without
 `SGLANG_RETURN_ORIGINAL_LOGPROB`, the log-probs are log softmax(logits / temperature) (greedy:
 log softmax(logits)). Like SGLang's memory saver, released weights are lost until pushed again.
@@ -23,8 +24,7 @@ It also counts what arrives (`bytes_received`, `update_calls`) for the weight-sy
 
 from __future__ import annotations
 
-import base64
-import io
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,20 +83,26 @@ class FlattenedTensorBucket:
 
 
 class MultiprocessingSerializer:
-    """serialize(obj, output_str) / deserialize(data), as sglang.srt.utils has (pickle here, not IPC)."""
+    """serialize(obj, output_str) / deserialize(data), as sglang.srt.utils has.
 
-    @staticmethod
-    def serialize(obj: Any, output_str: bool = False) -> bytes | str:
-        buf = io.BytesIO()
-        torch.save(obj, buf)
-        data = buf.getvalue()
-        return base64.b64encode(data).decode("utf-8") if output_str else data
+    SGLang pickles CUDA tensors as IPC handles: the engine maps the sender's memory, no copy. The
+    fake's engine lives in the same process, so a handle is a key into a table of live objects.
+    """
 
-    @staticmethod
-    def deserialize(data: bytes | str) -> Any:
-        if isinstance(data, str):
-            data = base64.b64decode(data)
-        return torch.load(io.BytesIO(data), weights_only=False)
+    _live: dict[str, Any] = {}
+
+    @classmethod
+    def serialize(cls, obj: Any, output_str: bool = False) -> bytes | str:
+        key = uuid.uuid4().hex
+        cls._live[key] = obj
+        return key if output_str else key.encode()
+
+    @classmethod
+    def deserialize(cls, data: bytes | str) -> Any:
+        key = data.decode() if isinstance(data, bytes) else data
+        if key not in cls._live:
+            raise ValueError(f"unknown or already consumed serialized handle {key!r}")
+        return cls._live.pop(key)
 
 
 @dataclass
