@@ -131,7 +131,7 @@ def test_training_loop_loads_converted_checkpoint(tmp_path):
     from vepo_mcore.config import JobConfig, load_config
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.training.checkpointing import load_checkpoint
+    from vepo_mcore.training.checkpointing import load_checkpoint, save_checkpoint
 
     tiny_qwen2_hf(tmp_path / "hf", vocab_size=320, num_layers=2)
     hf_to_megatron(tmp_path / "hf", tmp_path / "mc")
@@ -141,7 +141,13 @@ def test_training_loop_loads_converted_checkpoint(tmp_path):
         model = build_model(cfg)
         state = load_checkpoint(tmp_path / "mc", model)
         loaded = {n: t.clone() for n, t in megatron_to_hf_tensors(model.state_dict(), cfg.model, 320)}
+        save_checkpoint(tmp_path / "train", 5, model, config=cfg)
     assert state.iteration == 0 and state.path.endswith("iter_0000000")
     original = _tensors(tmp_path / "hf")
     assert sorted(loaded) == sorted(original)
     assert all(torch.equal(loaded[n], t) for n, t in original.items())
+    # A training checkpoint exports too; without hf_config.json beside it the rows are the padded size.
+    megatron_to_hf(tmp_path / "train", tmp_path / "exported")
+    exported = _tensors(tmp_path / "exported")
+    assert exported["lm_head.weight"].shape == (384, 64) and not exported["lm_head.weight"][320:].any()
+    assert all(torch.equal(exported[n][: t.shape[0]], t) for n, t in original.items())
