@@ -21,6 +21,7 @@ from vepo_mcore.data.sft import (
     pack_conversations,
     read_conversations,
     tokenize_conversation,
+    tokenize_conversations,
 )
 from vepo_mcore.data.sft_build import SOURCES, build_flores_sft_set, default_sft_phases
 from vepo_mcore.languages import EXPANDED_LANGS, LANGS, language, load_flores
@@ -55,6 +56,16 @@ def test_loss_mask_covers_exactly_the_assistant_tokens():
     # Nothing of the headers: every <|im_start|> and the token after it are unmasked.
     starts = np.flatnonzero(ids == tok.im_start_id)
     assert not mask[starts].any() and not mask[starts + 1].any()
+
+
+def test_batched_tokenizing_equals_one_by_one():
+    tok = load_tokenizer()
+    convs = [CONV, CONV[1:3], [{"role": "user", "content": ""}, {"role": "assistant", "content": "ok"}]]
+    batched = tokenize_conversations(tok, convs)
+    for conv, (ids, mask) in zip(convs, batched):
+        assert tok.decode(ids.tolist()) == tok.apply_chat(conv)
+        assert tok.decode(ids[mask].tolist()) == assistant_text(conv)
+        assert ids.tolist() == tok.encode(tok.apply_chat(conv))
 
 
 def test_ids_equal_transformers_chat_template():

@@ -94,16 +94,32 @@ def tokenize_conversation(tok: Tokenizer, messages: list[dict[str, str]]) -> tup
 
     decode(ids) == tok.apply_chat(messages).
     """
+    return tokenize_conversations(tok, [messages])[0]
+
+
+def tokenize_conversations(
+    tok: Tokenizer, conversations: list[list[dict[str, str]]]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """tokenize_conversation for many conversations: all contents go through one encode_batch call
+    (the Rust tokenizer's thread pool) and role headers are encoded once per role."""
     newline = tok.encode("\n")
-    ids: list[int] = []
-    mask: list[bool] = []
-    for msg in messages:
-        header = [tok.im_start_id] + tok.encode(f"{msg['role']}\n")
-        body = tok.encode(msg["content"]) + [tok.im_end_id]
-        trained = msg["role"] == "assistant"
-        ids += header + body + newline
-        mask += [False] * len(header) + [trained] * len(body) + [False] * len(newline)
-    return np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=bool)
+    headers: dict[str, list[int]] = {}
+    contents = tok.encode_batch([msg["content"] for conv in conversations for msg in conv])
+    out = []
+    k = 0
+    for conv in conversations:
+        ids: list[int] = []
+        mask: list[bool] = []
+        for msg in conv:
+            role = msg["role"]
+            if role not in headers:
+                headers[role] = [tok.im_start_id] + tok.encode(f"{role}\n")
+            header, body = headers[role], contents[k] + [tok.im_end_id]
+            k += 1
+            ids += header + body + newline
+            mask += [False] * len(header) + [role == "assistant"] * len(body) + [False] * len(newline)
+        out.append((np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=bool)))
+    return out
 
 
 @dataclass
@@ -273,12 +289,11 @@ class SFTPhaseDataset(torch.utils.data.Dataset):
         sources = {name: read_conversations(path) for name, path in phase.paths.items()}
         sizes = {name: len(convs) for name, convs in sources.items()}
         self.order = mixture_order(sizes, phase.weights, phase.num_samples, seed)
-        cache: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
-        encoded = []
-        for key in self.order:
-            if key not in cache:
-                cache[key] = tokenize_conversation(tok, sources[key[0]][key[1]])
-            encoded.append(cache[key])
+        # Each drawn conversation is tokenised once, however often the phase repeats it.
+        unique = sorted(set(self.order))
+        tokenized = tokenize_conversations(tok, [sources[name][i] for name, i in unique])
+        lookup = dict(zip(unique, tokenized))
+        encoded = [lookup[key] for key in self.order]
         self.source_counts = {name: sum(1 for s, _ in self.order if s == name) for name in sources}
         self.packed = pack_conversations(encoded, seq_length, tok.pad_id, packing)
 
