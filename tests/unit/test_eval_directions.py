@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vepo_mcore.eval.baselines import PAPER_TABLE3, paper_systems
@@ -46,3 +48,29 @@ def test_paper_avg_numbers_match_spec():
     for name, cell in spec.items():
         assert tuple(systems[name]["avg"]) == cell
     assert sum(len(rows) for rows in PAPER_TABLE3.values()) == 13
+
+
+PAPER_TEX = Path(__file__).resolve().parents[2].parent / "shared" / "paper" / "vepo_paper.tex"
+
+
+def test_paper_appendix_tables_shipped_and_consistent_with_table3_avg():
+    from vepo_mcore.eval.paper_tables import paper_direction_scores, paper_models
+
+    assert paper_models()[:5] == ["Gem3", "SeedX", "QwenMT", "Huny", "VEPO"] and len(paper_models()) == 16
+    bleu = paper_direction_scores("VEPO", "bleu")
+    assert len(bleu) == 90 and set(bleu) == {str(d) for d in ALL_DIRECTIONS}
+    assert bleu["th-ms"] == pytest.approx(24.3)  # printed as 0.243 in the appendix
+    table3 = paper_systems()["VEPO-7B (Full)"]["avg"]
+    for metric, published in (("bleu", table3.bleu), ("comet", table3.comet), ("chrf", table3.chrf)):
+        mean = sum(paper_direction_scores("VEPO", metric).values()) / 90
+        assert abs(mean - published) <= (0.001 if metric == "comet" else 0.1), metric
+    with pytest.raises(ValueError, match="models: .*VEPO"):
+        paper_direction_scores("GPT", "bleu")
+
+
+@pytest.mark.skipif(not PAPER_TEX.is_file(), reason="the paper's LaTeX is not next to this checkout")
+def test_shipped_csv_is_the_extraction_of_the_paper(tmp_path):
+    from vepo_mcore.eval.paper_tables import PAPER_DIRECTIONS_CSV, extract_appendix_tables, write_csv
+
+    write_csv(extract_appendix_tables(PAPER_TEX), tmp_path / "x.csv")
+    assert (tmp_path / "x.csv").read_text() == PAPER_DIRECTIONS_CSV.read_text()

@@ -44,6 +44,11 @@ def test_reference_scores_100_and_reports_are_written(tmp_path):
     table = (tmp_path / "table3.md").read_text()
     assert "| reference | 100.0/-/100.0 | 100.0/-/100.0 | 100.0/-/100.0 | 100.0/-/100.0 |" in table
     assert "| VEPO-7B (Full) | 36.1/.881/62.7 | 32.7/.882/56.2 | 23.1/.854/48.8 | 24.9/.859/50.9 |" in table
+    vs_paper = (tmp_path / "vs_paper.csv").read_text().splitlines()
+    assert (
+        vs_paper[0] == "direction,metric,ours,VEPO,Google,NLLB,Gem3"
+        and "en-th,bleu,100.0,32.0,37.6,23.8,34.1" in vs_paper
+    )
     import matplotlib.image
 
     for name in ("bleu", "chrf", "chrfpp"):

@@ -140,3 +140,24 @@ def constraint_markdown(
     for name, values in (paper or {}).items():
         lines.append(f"| {name} (paper) | " + " | ".join(f"{v:g}" for v in values) + " |")
     return "\n".join(lines) + "\n"
+
+
+def write_paper_comparison(
+    path: str | Path, rows: Sequence[Mapping[str, object]], models: Sequence[str]
+) -> None:
+    """direction, metric, ours, then the paper appendix's number of each model (bleu / chrf / comet as computed)."""
+    from vepo_mcore.eval.paper_tables import paper_direction_scores
+
+    metrics = [m for m in ("bleu", "chrf", "comet") if rows and m in rows[0]["scores"]]
+    paper = {(model, m): paper_direction_scores(model, m) for model in models for m in metrics}
+    with Path(path).open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["direction", "metric", "ours", *models])
+        for r in rows:
+            for m in metrics:
+                digits = 4 if m == "comet" else 1
+                values = [paper[(model, m)].get(r["direction"]) for model in models]
+                writer.writerow(
+                    [r["direction"], m, f"{r['scores'][m]:.{digits}f}"]
+                    + ["" if v is None else f"{v:.{digits}f}" for v in values]
+                )

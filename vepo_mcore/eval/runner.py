@@ -89,6 +89,8 @@ class EvalJob:
     """An already loaded COMET model (anything with COMET's `predict`), e.g. shared across runs;
     takes the place of loading eval.comet_checkpoint."""
     plots: bool = True
+    paper_models: tuple[str, ...] = ("VEPO", "Google", "NLLB", "Gem3")
+    """Appendix systems whose per-direction numbers go beside ours in vs_paper.csv."""
     constraints: bool = True
     """Constraint table (needs vepo_mcore.rl.rewards.constraints; skipped with a note when absent)."""
     progress: bool = True
@@ -395,6 +397,8 @@ def run_evaluation(job: EvalJob) -> dict:
         "signatures": _signature_lines(results, all_metrics),
     }
     report.write_direction_csv(out / "scores.csv", rows, all_metrics, job.width)
+    if job.paper_models:
+        report.write_paper_comparison(out / "vs_paper.csv", rows, job.paper_models)
     systems = {job.system.label: groups}
     if job.baseline is not None:
         systems[job.baseline.label] = group_scores(results, all_metrics, "baseline_scores")
