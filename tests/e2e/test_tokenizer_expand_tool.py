@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from vepo_mcore.languages import flores_path
 from vepo_mcore.tokenizer.expand import MANIFEST, file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 
 
 def test_expand_tool_writes_tokenizer_manifest_and_report(tmp_path):
