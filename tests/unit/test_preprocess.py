@@ -182,3 +182,15 @@ def test_gzipped_jsonl_and_txt(tmp_path):
     prefix = str(tmp_path / "gz_text_document")
     preprocess([tmp_path / "a.jsonl.gz", tmp_path / "b.txt.gz"], prefix, progress=False)
     assert_docs(prefix, DOCS[1:3])
+
+
+def test_corrupt_gzip_and_directory_inputs_name_the_file(tmp_path):
+    import gzip
+
+    data = gzip.compress(b'{"text": "a"}\n' * 1000)
+    bad = tmp_path / "cut.jsonl.gz"
+    bad.write_bytes(data[: len(data) // 2])  # truncated archive
+    with pytest.raises(BadInputError, match=r"cut\.jsonl\.gz:\d+: cannot read the file"):
+        preprocess([bad], str(tmp_path / "x"), workers=2, progress=False)
+    with pytest.raises(BadInputError, match="is a directory"):
+        preprocess([tmp_path], str(tmp_path / "y"), progress=False)

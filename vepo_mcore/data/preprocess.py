@@ -117,8 +117,13 @@ def _records(path: Path, fmt: str, text_key: str, chunk_size: int) -> Iterator[t
     """(line number, raw payload) of one input file; payloads are decoded by the workers."""
     if fmt == "parquet":
         yield from _parquet_rows(path, text_key, chunk_size)
-    else:
-        yield from _open_lines(path)
+        return
+    line_no = 0
+    try:
+        for line_no, raw in _open_lines(path):
+            yield line_no, raw
+    except (OSError, EOFError) as exc:  # e.g. a truncated or corrupt .gz, a disk error
+        raise BadInputError(f"{path}:{line_no + 1}: cannot read the file ({exc})") from exc
 
 
 def _chunks(
@@ -233,6 +238,8 @@ def _check_inputs(inputs: list[str | Path], fmt: str | None) -> tuple[list[Path]
         raise ValueError("no input files given")
     for item in inputs:
         path = Path(item)
+        if path.is_dir():
+            raise BadInputError(f"input {path} is a directory, expected a .jsonl/.txt/.parquet file")
         if not path.is_file():
             raise FileNotFoundError(f"input file {path} does not exist")
         if not os.access(path, os.R_OK):
