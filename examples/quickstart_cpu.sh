@@ -20,7 +20,8 @@ DIRECTIONS=${DIRECTIONS:-en-th,th-en,en-vi,zh-en}
 export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 stage() { printf '\n== [%s] %s (%s)\n' "$1" "$2" "$(date +%H:%M:%S)"; }
-launch() { "$TORCHRUN" --nproc-per-node "$NPROC" --master-port "${MASTER_PORT:-29511}" "$@"; }
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+launch() { "$TORCHRUN" --nproc-per-node "$NPROC" --master-addr 127.0.0.1 --master-port "$(free_port)" "$@"; }
 rm -rf "$OUT"
 mkdir -p "$OUT"
 
