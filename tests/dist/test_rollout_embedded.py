@@ -65,6 +65,11 @@ def _contract():
         assert sample.response_ids == seq[len(prompt) :]
     assert model.training is False  # generate restores the mode it found
 
+    # batches of equal-length prompts only (what Transformer Engine layers get): no padding, same tokens
+    engine.equal_length_batches = True
+    again = engine.generate(PROMPTS, SamplingParams(temperature=0, max_new_tokens=8))
+    assert [s.response_ids for s in again] == [s.response_ids for s in samples]
+
 
 def _generate(cfg, tmp, sampling_list):
     from vepo_mcore.rl.rollout.base import build_engine

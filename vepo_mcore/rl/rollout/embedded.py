@@ -11,8 +11,9 @@ padding columns (>= the real vocab), samples with a seeded torch.Generator and b
 tokens (and their log-probs) to all TP ranks and pipeline stages, so every rank returns the
 same samples. PP > 1 passes hidden states between stages with send/recv, like training.
 
-The attention mask is honoured by megatron's local (unfused) attention, the CPU layer spec; the
-Transformer Engine spec ignores explicit masks in decode, so on GPUs use the SGLang engine.
+The padding mask is honoured by megatron's local (unfused) attention, the CPU layer spec. Transformer
+Engine ignores explicit masks when decoding, so with TE layers only prompts of equal length share a
+batch (no padding, no mask); for throughput on GPUs use the SGLang engine.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class EmbeddedEngine:
         base_seed = cfg.training.seed if seed is None else seed
         self.generator = torch.Generator().manual_seed(base_seed)
         self._context = None
+        from vepo_mcore.models.builder import use_transformer_engine
+
+        self.equal_length_batches = use_transformer_engine(cfg)
 
     # ------------------------------------------------------------------ interface
 
@@ -63,8 +67,7 @@ class EmbeddedEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            for start in range(0, len(samples), self.batch_size):
-                chunk = samples[start : start + self.batch_size]
+            for chunk in self._batches(samples):
                 tokens, logprobs, reasons = self._generate_batch(
                     [s.prompt_ids for s in chunk], sampling, generator
                 )
@@ -74,6 +77,20 @@ class EmbeddedEngine:
             self.model.train(was_training)
             self._context = None
         return samples
+
+    def _batches(self, samples: list[Sample]) -> list[list[Sample]]:
+        """Batches of `batch_size` in order; with Transformer Engine layers only equal-length prompts
+        share a batch, since TE ignores explicit padding masks when decoding."""
+        if not self.equal_length_batches:
+            return [samples[i : i + self.batch_size] for i in range(0, len(samples), self.batch_size)]
+        by_length: dict[int, list[Sample]] = {}
+        for s in samples:
+            by_length.setdefault(len(s.prompt_ids), []).append(s)
+        return [
+            group[i : i + self.batch_size]
+            for group in by_length.values()
+            for i in range(0, len(group), self.batch_size)
+        ]
 
     def update_weights(
         self, named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int | None = None
@@ -137,7 +154,9 @@ class EmbeddedEngine:
         lengths = torch.full((b,), sampling.max_new_tokens, dtype=torch.long)
         done = torch.zeros(b, dtype=torch.bool)
         causal = torch.triu(torch.ones(prompt_len, prompt_len, dtype=torch.bool), diagonal=1)
-        mask = causal[None, None] | is_pad[:, None, None, :prompt_len]
+        padded = bool(is_pad[:, :prompt_len].any())
+        # Without padding megatron's own causal (prefill) / no-mask (decode) handling is exact.
+        mask = causal[None, None] | is_pad[:, None, None, :prompt_len] if padded else None
         step_input = tokens
         steps = 0
         with torch.no_grad(), _without_cpu_shim_mode():
@@ -146,7 +165,7 @@ class EmbeddedEngine:
                     ctx.sequence_len_offset, ctx.sequence_len_offset + step_input.shape[1]
                 )
                 positions = positions.unsqueeze(0).expand(b, -1)
-                logits = self._forward(step_input.to(dev), positions.to(dev), mask.to(dev), ctx)
+                logits = self._forward(step_input.to(dev), positions.to(dev), _to(mask, dev), ctx)
                 ctx.increment_sequence_len_offset(step_input.shape[1])
                 ctx.enable_decode_mode()
                 next_tokens, logprobs = self._sample(logits, sampling, generator)
@@ -160,7 +179,7 @@ class EmbeddedEngine:
                 if bool(done.all()):
                     break
                 step_input = next_tokens.unsqueeze(1)
-                mask = is_pad[:, None, None, : ctx.sequence_len_offset + 1]
+                mask = is_pad[:, None, None, : ctx.sequence_len_offset + 1] if padded else None
         responses, logps, reasons = [], [], []
         for i in range(b):
             n = int(min(lengths[i], steps))
@@ -217,6 +236,10 @@ class EmbeddedEngine:
                 )
             packed = packed.cpu()
         return packed[0].long(), packed[1].float()
+
+
+def _to(mask: torch.Tensor | None, dev: torch.device) -> torch.Tensor | None:
+    return None if mask is None else mask.to(dev)
 
 
 @contextlib.contextmanager
