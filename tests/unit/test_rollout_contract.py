@@ -184,7 +184,7 @@ def test_fake_output_structure_matches_sglang(tmp_path):
         input_ids=[[1, 2, 3]], sampling_params={"max_new_tokens": 3, "temperature": 0.0}, return_logprob=True
     )
     meta = out[0]["meta_info"]
-    assert set(out[0]) == {"text", "output_ids", "meta_info"}
+    assert set(out[0]) == {"output_ids", "meta_info"}  # skip_tokenizer_init: ids only, like SGLang
     assert meta["finish_reason"] == {"type": "length", "length": 3}
     assert meta["completion_tokens"] == 3 and meta["prompt_tokens"] == 3
     assert [tok for _, tok, _ in meta["output_token_logprobs"]] == out[0]["output_ids"]

@@ -6,7 +6,7 @@ mirrors the parts of SGLang's offline API the backend uses (python/sglang/srt/en
     engine = FakeSGLangEngine(model_path=hf_dir, tp_size=2, mem_fraction_static=0.5,
                               enable_memory_saver=True, skip_tokenizer_init=True, load_format="dummy")
     out = engine.generate(input_ids=[[...], ...], sampling_params={...}, return_logprob=True)
-    out[i] == {"text": "", "output_ids": [...], "meta_info": {"id", "finish_reason": {"type": "stop",
+    out[i] == {"output_ids": [...], "meta_info": {"id", "finish_reason": {"type": "stop",
                "matched": id} | {"type": "length", "length": n}, "prompt_tokens", "completion_tokens",
                "cached_tokens", "output_token_logprobs": [(logprob, token_id, None), ...]}}
     engine.update_weights_from_tensor(named_tensors, load_format=None | "flattened_bucket", flush_cache=True)
@@ -228,6 +228,8 @@ class FakeSGLangEngine:
         if return_logprob:
             meta["input_token_logprobs"] = [(None, ids[-1], None)]
             meta["output_token_logprobs"] = logprobs
+        if self.skip_tokenizer_init:  # SGLang's BatchTokenIDOut path: no text
+            return {"output_ids": output_ids, "meta_info": meta}
         return {"text": "", "output_ids": output_ids, "meta_info": meta}
 
     # ------------------------------------------------------------------ weights
