@@ -394,6 +394,49 @@ def hf_to_megatron(
     return out
 
 
+def checkpoint_tensors(ckpt_dir: str | Path, num_layers: int):
+    """(megatron name, full tensor) of the model weights in a dist checkpoint, one layer at a time.
+
+    Needs a process group (any size; every rank reads everything). Independent of the TP/PP the
+    checkpoint was written at: torch_dist stores global tensors, layers stacked on a leading
+    axis, fc1 as [gate; up], norms under the Transformer Engine names (megatron maps the local
+    spec's keys to those). Optimizer and RNG entries of training checkpoints are skipped.
+    """
+    from megatron.core.dist_checkpointing import load, load_tensors_metadata
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor
+
+    path = str(resolve_checkpoint_dir(ckpt_dir))
+    metadata = load_tensors_metadata(path)
+    layer_prefix = "decoder.layers."
+    layer_keys = [k for k in metadata if k.startswith(layer_prefix)]
+    for key in layer_keys:
+        if metadata[key].global_shape[0] != num_layers:
+            raise ValueError(
+                f"{path}: {key} stacks {metadata[key].global_shape[0]} layers, config says {num_layers}"
+            )
+
+    def read(key: str, layer: int | None = None) -> torch.Tensor:
+        meta = metadata[key]
+        if layer is None:
+            piece = ShardedTensor.from_rank_offsets(key, torch.empty(meta.global_shape, dtype=meta.dtype))
+        else:
+            # A [1, ...] slice of the stacked tensor (not megatron's prepended axis: that legacy path
+            # insists on reading every layer this rank would own).
+            data = torch.empty(1, *meta.global_shape[1:], dtype=meta.dtype)
+            piece = ShardedTensor.from_rank_offsets(key, data, (0, layer, num_layers))
+            return load({key: piece}, path, validate_access_integrity=False)[key][0]
+        return load({key: piece}, path, validate_access_integrity=False)[key]
+
+    if "embedding.word_embeddings.weight" in metadata:
+        yield "embedding.word_embeddings.weight", read("embedding.word_embeddings.weight")
+    for layer in range(num_layers):
+        for key in layer_keys:
+            yield f"{layer_prefix}{layer}.{key[len(layer_prefix) :]}", read(key, layer)
+    for key in ("decoder.final_layernorm.weight", "output_layer.weight"):
+        if key in metadata:
+            yield key, read(key)
+
+
 def megatron_to_hf(
     ckpt_dir: str | Path,
     out_dir: str | Path,
@@ -403,32 +446,32 @@ def megatron_to_hf(
 ) -> Path:
     """Export a megatron dist checkpoint (any TP/PP) to an HF directory transformers loads.
 
-    Loads at TP=1/PP=1 in this process. dtype: default the source config.json's, else the
-    checkpoint's. vocab_rows: default the source config.json's vocab_size, else the padded size.
+    Streams: tensors are read one layer at a time and written shard by shard, so memory stays
+    near one shard (max_shard_bytes), not the model. dtype: default the source config.json's,
+    else the checkpoint's params dtype. vocab_rows: default the source config.json's vocab_size,
+    else the padded size at TP=1.
     """
-    from vepo_mcore.models.builder import build_model, model_vocab_size
-    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.models.vocab import padded_vocab_size
 
     cfg = load_config(JobConfig, find_config(ckpt_dir))
     root = find_config(ckpt_dir).parent
     template = json.loads((root / HF_CONFIG_FILE).read_text()) if (root / HF_CONFIG_FILE).is_file() else None
-    cfg.parallel = ParallelConfig()
-    cfg.model.transformer_impl = "local"
-    with local_process_group():
-        init_model_parallel(cfg.parallel)
-        with _without_weight_init():  # every weight is loaded from the checkpoint next
-            model = build_model(cfg)
-        load_megatron_checkpoint(model, ckpt_dir)
-        if dtype is None:
-            dtype = hf_dtype(template) if template else next(model.parameters()).dtype
-        if vocab_rows is None:
-            known = int(template["vocab_size"]) if template else 0
-            vocab_rows = known if known >= cfg.model.vocab_size else model_vocab_size(cfg)
-        out = Path(out_dir)
-        with HFWriter(out, max_shard_bytes) as writer:
-            for hf_name, tensor in mapping.megatron_to_hf_tensors(model.state_dict(), cfg.model, vocab_rows):
-                writer.add(hf_name, tensor.to(dtype))
-    hf_cfg = hf_config_from_model(cfg.model, template, vocab_rows, dtype)
+    m = cfg.model
+    if dtype is None:
+        dtype = hf_dtype(template) if template else (torch.bfloat16 if cfg.training.bf16 else torch.float32)
+    if vocab_rows is None:
+        known = int(template["vocab_size"]) if template else 0
+        vocab_rows = (
+            known
+            if known >= m.vocab_size
+            else padded_vocab_size(m.vocab_size, m.make_vocab_size_divisible_by)
+        )
+    out = Path(out_dir)
+    with local_process_group(), HFWriter(out, max_shard_bytes) as writer:
+        tensors = checkpoint_tensors(ckpt_dir, m.num_layers)
+        for hf_name, tensor in mapping.megatron_to_hf_tensors(tensors, m, vocab_rows):
+            writer.add(hf_name, tensor.to(dtype))
+    hf_cfg = hf_config_from_model(m, template, vocab_rows, dtype)
     (out / "config.json").write_text(json.dumps(hf_cfg, indent=2) + "\n")
     tokenizer_src = Path(cfg.tokenizer.path) if cfg.tokenizer.path else root / TOKENIZER_DIR
     copy_tokenizer_files(tokenizer_src, out)
