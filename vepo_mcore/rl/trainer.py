@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import torch.distributed as dist
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.rl import experience as xp
 from vepo_mcore.rl.filtering import dynamic_sampling, filter_candidates
+from vepo_mcore.rl.losses.loss_func import rl_forward_step
 from vepo_mcore.rl.rewards.rlvr import rlvr_reward
 from vepo_mcore.rl.sample import Sample
 
@@ -155,13 +157,14 @@ class RLTrainer:
         exp = xp.make_experience(samples, self.tokenizer.pad_id)
         exp["max_response_length"] = cfg.rl.rollout.sampling.max_new_tokens
         mbs = cfg.training.micro_batch_size
-        args = (mbs, loss.temperature, cfg.model.vocab_size, loss.logprob_chunk_size, loss.entropy_topk_frac)
+        tau = loss.temperature if loss.ratio_mode == "tempered" else 1.0  # as rl_loss_func computes logp
+        args = (mbs, tau, cfg.model.vocab_size, loss.logprob_chunk_size, loss.entropy_topk_frac)
         exp["old_logp"], exp["entropy"] = xp.policy_logprobs(self.model, exp, *args)
         exp["ref_logp"], _ = xp.policy_logprobs(self.reference, exp, *args)
         if self.critic is not None:
             exp["old_values"] = xp.critic_values(self.critic, exp, mbs)
         batch = RLBatch(
-            logp=exp["old_logp"], old_logp=exp["old_logp"], mask=exp["mask"], entropy=exp["entropy"],
+            logp=exp["old_logp"], old_logp=exp["old_logp"], mask=exp["loss_mask"], entropy=exp["entropy"],
             ref_logp=exp["ref_logp"], rewards=exp["rewards"], group_ids=exp["group_ids"],
             old_values=exp.get("old_values"), response_lengths=exp["response_lengths"],
             max_response_length=exp["max_response_length"], std_group=_dp_group(),
@@ -180,8 +183,7 @@ class RLTrainer:
 
         cfg = self.cfg
         rows = exp["tokens"].shape[0] // cfg.rl.mini_batches
-        policy_step = xp.bind(xp.policy_forward_step, loss_cfg=cfg.rl.loss, kl_cfg=cfg.rl.kl,
-                              vocab_size=cfg.model.vocab_size)  # fmt: skip
+        policy_step = partial(rl_forward_step, cfg=cfg.rl.loss, kl=cfg.rl.kl, vocab_size=cfg.model.vocab_size)
         metrics: dict[str, list[float]] = {}
         for _epoch in range(cfg.rl.ppo_epochs):
             for k in range(cfg.rl.mini_batches):
@@ -190,7 +192,7 @@ class RLTrainer:
                 shape = (len(micro), micro[0]["tokens"].shape[1], micro[0]["tokens"].shape[0])
                 out = train_step(policy_step, iter(micro), self.model, self.optimizer, self.scheduler, *shape)
                 if self.critic is not None:
-                    critic_step = xp.bind(xp.critic_forward_step, loss_cfg=cfg.rl.loss)
+                    critic_step = partial(xp.critic_forward_step, loss_cfg=cfg.rl.loss)
                     critic = train_step(critic_step, iter(micro), self.critic, self.critic_optimizer,
                                         self.critic_scheduler, *shape)  # fmt: skip
                     out.update({f"critic/{k}": v for k, v in critic.items() if not k.startswith("critic/")})
@@ -321,7 +323,7 @@ def _reward_metrics(samples: list[Sample]) -> dict[str, float]:
 
 def _experience_metrics(samples: list[Sample], exp: dict[str, Any]) -> dict[str, float]:
     """Response lengths, training-vs-engine log-prob mismatch, advantage stats (kept samples)."""
-    mask = exp["mask"].bool()
+    mask = exp["loss_mask"].bool()
     lengths = exp["response_lengths"].float()
     metrics = {
         "rollout/len_mean": lengths.mean().item(),
