@@ -89,10 +89,37 @@ def _sync_one(rank, tp, pp, tied):
     engine.shutdown()
 
 
+def _two_engines(rank):
+    """DP=4 with one engine per 2 ranks (say, per node): each rank gets its own prompts' samples."""
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.rl.rollout.base import SamplingParams, build_engine
+    from vepo_mcore.rl.rollout.weight_sync import sync_weights
+
+    cfg = tiny_cfg(num_layers=2)
+    cfg.model.init_method_std = 0.2
+    cfg.rl.rollout.engine = "fake_sglang"
+    init_model_parallel(cfg.parallel, seed=1)  # same seed everywhere: the 4 replicas are equal
+    model = build_model(cfg).eval()
+    engine = build_engine(cfg, ranks_per_engine=2)
+    assert engine.owner_ranks == [0, 2] and engine.owner_rank == rank // 2 * 2
+    assert (engine.engine is not None) == (rank in (0, 2))
+    stats = sync_weights(engine, model, cfg)
+    assert (stats is not None) == (rank in (0, 2))
+    prompts = [[rank + 1] * (rank + 2), [7, rank + 3]]  # different prompts on every rank
+    samples = engine.generate(prompts, SamplingParams(temperature=TAU, max_new_tokens=4, seed=rank))
+    assert [s.prompt_ids for s in samples] == prompts
+    for s in samples:
+        ref = _megatron_logprobs(model, s.prompt_ids, s.response_ids)
+        assert torch.allclose(torch.tensor(s.rollout_logprobs).double(), ref, rtol=1e-5, atol=1e-5)
+    engine.shutdown()
+
+
 def _sync(rank, world):
-    # One set of processes for both cases: spawning and importing dominate these tests' time.
+    # One set of processes for all cases: spawning and importing dominate these tests' time.
     _sync_one(rank, tp=2, pp=2, tied=False)
     _sync_one(rank, tp=2, pp=2, tied=True)  # the last stage's output layer is the embedding's copy
+    _two_engines(rank)
 
 
 def test_sync_tp2_pp2_into_fake_sglang_matches_megatron_logprobs():

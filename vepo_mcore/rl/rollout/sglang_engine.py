@@ -4,8 +4,9 @@
     engine.wake(); sync_weights(engine, model, cfg); samples = engine.generate(prompts, sampling)
     engine.sleep()                        # give the GPU memory back to training
 
-One `sglang.Engine` lives in the process of `owner_rank` (default 0) and spans `engine_tp` GPUs
-(SGLang shards the full HF tensors it receives itself, so engine TP need not equal training TP).
+One `sglang.Engine` per block of `ranks_per_engine` ranks (default: one for the whole job) lives in
+the block's first process and spans `engine_tp` GPUs (SGLang shards the full HF tensors it receives
+itself, so engine TP need not equal training TP); it serves the prompts of the block's ranks.
 It is started with `enable_memory_saver=True` so `release_memory_occupation` frees its weights and
 KV cache while training runs, and `skip_tokenizer_init=True`: token ids in, token ids out, our
 tokenizer decodes. Without `model_path` it starts from a config-only HF directory written from
@@ -80,7 +81,7 @@ class SGLangEngine:
         backend: SGLangBackend,
         model_path: str | os.PathLike | None = None,
         tokenizer=None,
-        owner_rank: int = 0,
+        ranks_per_engine: int | None = None,
         name: str = "sglang",
         **engine_kwargs: Any,
     ):
@@ -88,7 +89,7 @@ class SGLangEngine:
         self.name = name
         self.backend = backend
         self.tokenizer = tokenizer
-        self.owner_rank = owner_rank
+        self._place(cfg, ranks_per_engine)
         self.vocab_size = cfg.model.vocab_size
         self.engine_tp = rollout.engine_tp
         self.bucket_bytes = rollout.weight_bucket_mb << 20
@@ -123,6 +124,31 @@ class SGLangEngine:
             kwargs.update(engine_kwargs)
             self.engine = backend.engine_cls(**kwargs)
 
+    def _place(self, cfg, ranks_per_engine: int | None) -> None:
+        """One engine per block of `ranks_per_engine` consecutive ranks (default: one for the job),
+        owned by the block's first rank; e.g. LOCAL_WORLD_SIZE for one engine per node."""
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        block = world if ranks_per_engine is None else ranks_per_engine
+        p = cfg.parallel
+        replica_span = p.tensor_model_parallel_size * p.context_parallel_size
+        if block < world and (world % block or block % replica_span or p.pipeline_model_parallel_size > 1):
+            raise ValueError(
+                f"ranks_per_engine={block} must divide the world size ({world}), be a multiple of TP x CP "
+                f"({replica_span}) and needs PP=1 (got {p.pipeline_model_parallel_size}): every engine must "
+                "serve whole data-parallel replicas"
+            )
+        self.owner_ranks = list(range(0, world, block))
+        self.owner_rank = (rank // block) * block
+        self.group = None
+        if 1 < block < world:
+            # Object collectives only: gloo works for them whatever the training backend is.
+            for owner in self.owner_ranks:  # new_group is collective: every rank creates every group
+                group = dist.new_group(list(range(owner, owner + block)), backend="gloo")
+                if owner == self.owner_rank:
+                    self.group = group
+        self._block = block
+
     @property
     def is_owner(self) -> bool:
         return not dist.is_initialized() or dist.get_rank() == self.owner_rank
@@ -137,11 +163,11 @@ class SGLangEngine:
         samples = as_samples(prompts)
         replica, leader = _replica()
         request = (replica, [s.prompt_ids for s in samples] if leader else None, sampling)
-        distributed = dist.is_initialized() and dist.get_world_size() > 1
+        distributed = self._block > 1
         requests = [request]
         if distributed:
-            requests = [None] * dist.get_world_size() if self.is_owner else None
-            dist.gather_object(request, requests, dst=self.owner_rank)
+            requests = [None] * self._block if self.is_owner else None
+            dist.gather_object(request, requests, dst=self.owner_rank, group=self.group)
         per_rank = None
         if self.is_owner:
             by_replica = {}
@@ -151,7 +177,7 @@ class SGLangEngine:
             per_rank = [by_replica[rep] for rep, _, _ in requests]
         if distributed:
             box = [None]
-            dist.scatter_object_list(box, per_rank, src=self.owner_rank)
+            dist.scatter_object_list(box, per_rank, src=self.owner_rank, group=self.group)
             results = box[0]
         else:
             results = per_rank[0]

@@ -131,16 +131,19 @@ def hf_tensors(
 def sync_weights(engine, model, cfg, bucket_bytes: int | None = None) -> dict | None:
     """Push the current policy into `engine` (collective; call on every rank after the optimizer step).
 
-    Returns the engine's transfer stats on its owner rank ({'bytes', 'tensors', 'calls', 'seconds'}),
+    Returns the engine's transfer stats on its owner ranks ({'bytes', 'tensors', 'calls', 'seconds'}),
     None elsewhere and for engines that compute with the training weights.
     """
     if engine.shares_training_weights:
         return None
-    owner = getattr(engine, "owner_rank", 0)
-    stream = hf_tensors(model, cfg, dst=owner, vocab_rows=getattr(engine, "engine_vocab_rows", None))
-    if dist.get_rank() == owner:
-        engine.update_weights(stream, bucket_bytes)
-        return dict(engine.last_sync) if getattr(engine, "last_sync", None) else {}
-    for _ in stream:  # non-owners only take part in the gathers and sends
-        pass
-    return None
+    result = None
+    for owner in getattr(engine, "owner_ranks", [getattr(engine, "owner_rank", 0)]):
+        # One pass per engine: each owner receives the whole model (its engine shards it itself).
+        stream = hf_tensors(model, cfg, dst=owner, vocab_rows=getattr(engine, "engine_vocab_rows", None))
+        if dist.get_rank() == owner:
+            engine.update_weights(stream, bucket_bytes)
+            result = dict(engine.last_sync) if getattr(engine, "last_sync", None) else {}
+        else:
+            for _ in stream:  # the others take part in the gathers and sends only
+                pass
+    return result
