@@ -157,3 +157,6 @@ class RLConfig:
             raise ValueError(
                 f"rl.loss.entropy_topk_frac must be in (0, 1], got {self.loss.entropy_topk_frac}"
             )
+        if self.prompts_per_step < 1 or self.ppo_epochs < 1 or self.mini_batches < 1:
+            raise ValueError("rl.prompts_per_step, rl.ppo_epochs and rl.mini_batches must be >= 1")
+        self.rewards.validate()
