@@ -4,6 +4,7 @@ One set of 2 processes runs it all: spawning and importing dominate the time of 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tests.dist.model_utils import VOCAB, gather_logits, load_model, positions, save_model, tiny_cfg
@@ -64,6 +65,9 @@ def _contract():
                 seq.append(int(gather_logits(model(ids, positions(ids), None))[0, -1, :VOCAB].argmax()))
         assert sample.response_ids == seq[len(prompt) :]
     assert model.training is False  # generate restores the mode it found
+
+    with pytest.raises(ValueError, match="not weights of this model"):
+        engine.update_weights([("model.layers.9.mlp.up_proj.weight", weights["model.norm.weight"])])
 
     # batches of equal-length prompts only (what Transformer Engine layers get): no padding, same tokens
     engine.equal_length_batches = True

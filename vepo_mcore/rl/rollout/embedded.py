@@ -107,6 +107,17 @@ class EmbeddedEngine:
         from vepo_mcore.models.builder import model_vocab_size
 
         hf = dict(named_tensors)
+        known = {
+            n
+            for name in mapping.megatron_names(self.cfg.model)
+            for n in mapping.hf_names_for(name, self.cfg.model)
+        }
+        # lm_head with tied embeddings and q/k/v biases of a bias-free model are accepted and ignored.
+        unknown = sorted(n for n in set(hf) - known - {"lm_head.weight"} if not n.endswith("_proj.bias"))
+        if unknown:
+            raise ValueError(
+                f"update_weights: {unknown[:5]} are not weights of this model (HF Qwen2 names expected)"
+            )
         tp_rank = parallel_state.get_tensor_model_parallel_rank()
         tp_size = parallel_state.get_tensor_model_parallel_world_size()
         offset = layer_offset(self.model)
