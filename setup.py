@@ -29,6 +29,7 @@ EXTRAS = {
     "test": ["transformers>=4.45", "pytest>=8", "pytest-timeout", "hypothesis", "ruff"],
     "gpu": ["transformer-engine[pytorch]", "sglang"],
     "comet": ["unbabel-comet"],
+    "lmeval": ["lm-eval"],
 }
 
 setup(
@@ -37,7 +38,7 @@ setup(
     description="VEPO on Megatron-Core: tokenizer expansion, CPT, SFT, RL with SGLang rollouts, FLORES eval",
     python_requires=">=3.10",
     packages=find_packages(include=["vepo_mcore", "vepo_mcore.*"]),
-    package_data={"vepo_mcore": ["assets/**/*", "assets/*/*/*"]},
+    package_data={"vepo_mcore": ["assets/*", "assets/*/*", "assets/*/*/*", "eval/data/*"]},
     include_package_data=True,
     install_requires=BASE,
     extras_require=EXTRAS,
