@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 # Conversion is a CPU job: hide GPUs so every rank builds the same local-spec model on CPU.
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DTYPES = ("bfloat16", "float32", "float16")
