@@ -170,7 +170,7 @@ class EmbeddedEngine:
         mask = causal[None, None] | is_pad[:, None, None, :prompt_len] if padded else None
         step_input = tokens
         steps = 0
-        with torch.no_grad(), _without_cpu_shim_mode():
+        with torch.inference_mode(), _without_cpu_shim_mode():
             for step in range(sampling.max_new_tokens):
                 positions = torch.arange(
                     ctx.sequence_len_offset, ctx.sequence_len_offset + step_input.shape[1]
