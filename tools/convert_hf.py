@@ -15,8 +15,6 @@ import os
 import sys
 from pathlib import Path
 
-# Conversion is a CPU job: hide GPUs so every rank builds the same local-spec model on CPU.
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DTYPES = ("bfloat16", "float32", "float16")
@@ -45,6 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    # Conversion is a CPU job: hide GPUs (before CUDA initialises) so every rank builds the same
+    # local-spec model on CPU.
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch
 
     from vepo_mcore.checkpoint.convert import dry_run, hf_to_megatron, megatron_to_hf

@@ -69,7 +69,7 @@ def test_padding_rows_never_leak(tmp_path):
     assert "model.layers.1.self_attn.v_proj.bias" not in before
 
 
-def test_cli_dry_run_and_error(tmp_path, capsys):
+def test_cli_dry_run_and_error(tmp_path, capsys, monkeypatch):
     import importlib.util
     from pathlib import Path
 
@@ -79,6 +79,7 @@ def test_cli_dry_run_and_error(tmp_path, capsys):
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     tiny_qwen2_hf(tmp_path / "hf", vocab_size=320, num_layers=2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the tool hides GPUs; restored after this test
     tool.main(
         [
             "hf-to-megatron",
