@@ -39,10 +39,8 @@ launch tools/pretrain_cpt.py --config examples/configs/sft_tiny.yaml \
   --training.checkpoint.finetune true --training.checkpoint.save "$OUT/sft"
 
 stage 4/7 "translate + evaluate the SFT model on FLORES devtest ($DIRECTIONS, $EVAL_SENTENCES sentences)"
-"$PY" tools/translate.py --checkpoint "$OUT/sft" --out "$OUT/hyp_sft" --directions "$DIRECTIONS" \
-  --max-sentences "$EVAL_SENTENCES" --max-new-tokens 48
-"$PY" tools/evaluate.py --hyp-dir "$OUT/hyp_sft" --directions "$DIRECTIONS" \
-  --max-sentences "$EVAL_SENTENCES" --out "$OUT/eval_sft" > "$OUT/eval_sft.log"
+"$PY" tools/evaluate.py --checkpoint "$OUT/sft" --directions "$DIRECTIONS" --max-sentences "$EVAL_SENTENCES" \
+  --max-new-tokens 48 --out "$OUT/eval_sft" > "$OUT/eval_sft.log"
 
 stage 5/7 "VEPO RL from the SFT checkpoint (embedded engine, RLVR rewards)"
 launch tools/train_vepo.py --config examples/configs/vepo_tiny.yaml \
@@ -50,10 +48,9 @@ launch tools/train_vepo.py --config examples/configs/vepo_tiny.yaml \
   --training.checkpoint.save "$OUT/rl" --rl.directions "$DIRECTIONS"
 
 stage 6/7 "translate + evaluate the RL model, paired bootstrap against the SFT model"
-"$PY" tools/translate.py --checkpoint "$OUT/rl" --out "$OUT/hyp_rl" --directions "$DIRECTIONS" \
-  --max-sentences "$EVAL_SENTENCES" --max-new-tokens 48
-"$PY" tools/evaluate.py --hyp-dir "$OUT/hyp_rl" --baseline-hyp-dir "$OUT/hyp_sft" \
-  --directions "$DIRECTIONS" --max-sentences "$EVAL_SENTENCES" --out "$OUT/eval_rl" > "$OUT/eval_rl.log"
+"$PY" tools/evaluate.py --checkpoint "$OUT/rl" --baseline-hyp-dir "$OUT/eval_sft/hyps" --baseline-name sft \
+  --directions "$DIRECTIONS" --max-sentences "$EVAL_SENTENCES" --max-new-tokens 48 --out "$OUT/eval_rl" \
+  > "$OUT/eval_rl.log"
 
 stage 7/7 "summary"
 "$PY" tools/quickstart_summary.py "$OUT"

@@ -7,7 +7,7 @@
 #   bash examples/vepo_rl_7b.sh --rl.loss.name dapo         # any dotted override
 #
 # Before: convert the SFT model (tools/convert_hf.py hf-to-megatron) into training.checkpoint.load.
-# Layout per node: 8 GPUs = 2 TP-4 training groups; SGLang runs TP-2 engines in the same GPUs with
+# Layout per node: 8 GPUs = 2 TP-4 training groups; two TP-4 SGLang engines share the same GPUs with
 # mem_fraction_static 0.5 and releases its memory (weights + KV cache) while the policy trains.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,9 +5,12 @@
   python tools/evaluate.py --hyp-dir new/ --baseline-hyp-dir old/ --out cmp/    # + paired bootstrap
   python tools/evaluate.py --hyp-dir hyps/ --eval.spm_model flores200.spm --eval.comet_checkpoint model.ckpt
   python tools/evaluate.py --hf-model ckpt/hf --engine sglang --out reports/eval/vepo   # translate, then score
+  python tools/evaluate.py --checkpoint runs/quickstart/rl --out reports/eval/rl          # Megatron checkpoint
 
 --hf-model translates greedily with a rollout engine (SGLang on GPU; fake_sglang runs tiny models on
 CPU) into OUT/hyps/{src}-{tgt}.txt, resuming finished directions, then scores them like --hyp-dir.
+--checkpoint does the same from a Megatron training checkpoint with the embedded engine
+(vepo_mcore.eval.generate; its saved config gives the model, --max-new-tokens the length cap).
 """
 
 from __future__ import annotations
@@ -47,11 +50,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=0, help="metric processes (0 = all cores, 1 = serial)")
     parser.add_argument("--width", type=int, default=1, help="decimals of BLEU/chrF (sacrebleu --width)")
     parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--hf-model", help="Hugging Face Qwen2 directory to translate with --engine first")
+    parser.add_argument("--engine", default="sglang", help="--hf-model engine: sglang, fake_sglang")
+    parser.add_argument("--tokenizer", help="--hf-model tokenizer directory (default: the model's)")
+    parser.add_argument("--checkpoint", help="Megatron training checkpoint to translate with first")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="translation length cap")
+    parser.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
     args = parser.parse_args(argv)
 
+    if args.checkpoint:  # translate first, then score the files like --hyp-dir
+        from pathlib import Path
+
+        from vepo_mcore.eval.generate import translate_checkpoint
+        from vepo_mcore.parallel import init_distributed
+
+        init_distributed()
+        args.hyp_dir = args.hyp_dir or str(Path(args.out) / "hyps")
+        translate_checkpoint(
+            args.checkpoint, args.hyp_dir, args.directions or "all", args.split or "devtest", args.max_sentences,
+            args.max_new_tokens, args.batch_size,
+        )  # fmt: skip
+        args.name = args.name or Path(args.checkpoint).name
+    kind = args.system or ("hf-model" if args.hf_model else "hyp-dir" if args.hyp_dir else "reference")
     system = SystemSpec(
-        kind=args.system or ("hyp-dir" if args.hyp_dir else "reference"), hyp_dir=args.hyp_dir, name=args.name
-    )
+        kind=kind, hyp_dir=args.hyp_dir, name=args.name, model_path=args.hf_model, engine=args.engine,
+        tokenizer_path=args.tokenizer, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+    )  # fmt: skip
     baseline = None
     if args.baseline_hyp_dir or args.baseline_system:
         kind = args.baseline_system or "hyp-dir"

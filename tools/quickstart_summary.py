@@ -7,6 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
+import yaml
+
 
 def _rows(path: Path) -> list[dict]:
     return (
@@ -33,7 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     rl = _rows(run / "rl" / "metrics.jsonl")
     if rl:
         first, last = rl[0], rl[-1]
-        lines.append(f"RL   {len(rl)} steps of {first.get('rl/loss_name', 'the configured loss')}")
+        cfg = run / "rl" / "config.yaml"
+        loss = yaml.safe_load(cfg.read_text())["rl"]["loss"]["name"] if cfg.is_file() else "RL"
+        lines.append(f"RL   {len(rl)} steps of {loss}")
         for key, label in [("reward/total", "raw reward"), ("reward/mt", "R_mt (chrF++/100)"),
                            ("rollout/entropy", "entropy"), ("rollout/len_mean", "response length"),
                            ("rl/kl_k3", "KL k3 to reference")]:  # fmt: skip

@@ -25,7 +25,12 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path):
         "DIRECTIONS": "en-th,th-en",
     }
     proc = subprocess.run(
-        ["bash", "examples/quickstart_cpu.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500
+        ["bash", "examples/quickstart_cpu.sh"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     out = proc.stdout
@@ -36,6 +41,6 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path):
     assert "chrf++" in out  # before -> after RL
     qs = tmp_path / "qs"
     for path in ("cpt/latest_checkpointed_iteration.txt", "sft/latest_checkpointed_iteration.txt",
-                 "rl/rl_curves.png", "eval_sft/table3.md", "eval_rl/bootstrap.md", "hyp_rl/en-th.txt"):  # fmt: skip
+                 "rl/rl_curves.png", "eval_sft/table3.md", "eval_rl/bootstrap.md", "eval_rl/hyps/en-th.txt"):  # fmt: skip
         assert (qs / path).is_file(), path
     assert "rl_curves.png" in out

@@ -95,6 +95,9 @@ class RolloutConfig:
     """Sampling parameters."""
     engine_tp: int = 1
     """SGLang tensor-parallel size (may differ from training TP)."""
+    ranks_per_engine: int | None = None
+    """One SGLang engine per block of this many consecutive ranks, owned by the block's first rank and
+    placed on its GPUs (e.g. 8 = one per node, 4 = two per 8-GPU node); None = one for the whole job."""
     mem_fraction_static: float = 0.5
     """SGLang static memory fraction when colocated."""
     weight_bucket_mb: int = 512

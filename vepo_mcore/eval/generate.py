@@ -1,5 +1,5 @@
 """Translate FLORES with a trained checkpoint through a rollout engine, writing hypothesis files
-that `tools/evaluate.py --hyp-dir` scores.
+that `tools/evaluate.py` scores (`--checkpoint` runs this first).
 
     translate_checkpoint("runs/quickstart/sft", "runs/quickstart/hyp_sft", directions="en-th,th-en")
 

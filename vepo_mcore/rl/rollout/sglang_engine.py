@@ -89,7 +89,7 @@ class SGLangEngine:
         self.name = name
         self.backend = backend
         self.tokenizer = tokenizer
-        self._place(cfg, ranks_per_engine)
+        self._place(cfg, ranks_per_engine if ranks_per_engine is not None else rollout.ranks_per_engine)
         self.vocab_size = cfg.model.vocab_size
         self.engine_tp = rollout.engine_tp
         self.bucket_bytes = rollout.weight_bucket_mb << 20
@@ -121,6 +121,8 @@ class SGLangEngine:
             )
             if load_format is not None:
                 kwargs["load_format"] = load_format
+            if torch.cuda.is_available():  # the engine's GPUs start at its owner rank's own GPU
+                kwargs["base_gpu_id"] = torch.cuda.current_device()
             kwargs.update(engine_kwargs)
             self.engine = backend.engine_cls(**kwargs)
 
