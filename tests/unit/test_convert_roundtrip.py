@@ -152,3 +152,9 @@ def test_training_loop_loads_converted_checkpoint(tmp_path):
     exported = _tensors(tmp_path / "exported")
     assert exported["lm_head.weight"].shape == (384, 64) and not exported["lm_head.weight"][320:].any()
     assert all(torch.equal(exported[n][: t.shape[0]], t) for n, t in original.items())
+    from transformers import Qwen2ForCausalLM
+
+    model = Qwen2ForCausalLM.from_pretrained(
+        tmp_path / "exported"
+    )  # config.json built from ModelConfig alone
+    assert model.config.vocab_size == 384 and model.config.num_key_value_heads == 2
