@@ -43,18 +43,19 @@ def _convert_and_forward(rank, world_size, conversions, jobs, tokens, root):
 
 def _hf_tensors_from_live_tp2_model(rank, root):
     """The weight-sync path: gather a TP=2 model's shards and map them to HF names."""
-    from vepo_mcore.checkpoint.convert import gathered_named_tensors, load_megatron_checkpoint
+    from vepo_mcore.checkpoint.convert import load_megatron_checkpoint
     from vepo_mcore.checkpoint.mapping import megatron_to_hf_tensors
     from vepo_mcore.config import JobConfig, ParallelConfig, load_config
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.rl.rollout.weight_sync import full_megatron_tensors
 
     cfg = load_config(JobConfig, root / "untied_bias_tp2" / "config.yaml")
     cfg.parallel = ParallelConfig(tensor_model_parallel_size=2)
     init_model_parallel(cfg.parallel)
     model = build_model(cfg)
     load_megatron_checkpoint(model, root / "untied_bias_tp2")
-    hf = {n: t.clone() for n, t in megatron_to_hf_tensors(gathered_named_tensors(model), cfg.model, 320)}
+    hf = {n: t.clone() for n, t in megatron_to_hf_tensors(full_megatron_tensors(model, cfg), cfg.model, 320)}
     if rank == 0:
         torch.save(hf, root / "live_tp2_hf.pt")
 

@@ -20,7 +20,6 @@ Tensors are streamed: each rank reads only the HF tensors it needs, one at a tim
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -197,29 +196,6 @@ def _copy_vocab_shard(
         param[a - start : b - start].copy_(reader.get_rows(hf_name, a, b))
 
 
-def gathered_named_tensors(model):
-    """(global megatron name, full tensor) for this pipeline stage's weights, TP shards all-gathered.
-
-    Collective over the tensor-parallel group. Feed it to mapping.megatron_to_hf_tensors to get
-    HF-named tensors from a live model (the RL weight sync, exports without a checkpoint).
-    """
-    from megatron.core import parallel_state
-
-    group = parallel_state.get_tensor_model_parallel_group()
-    tp_size = parallel_state.get_tensor_model_parallel_world_size()
-    offset = layer_offset(model)
-    for name, param in model.named_parameters():
-        global_name = mapping.global_layer_name(name, offset)
-        _, rule = mapping.parse_megatron_name(global_name)
-        shard = param.detach()
-        if rule.tp is None or tp_size == 1:
-            yield global_name, shard
-            continue
-        shards = [torch.empty_like(shard) for _ in range(tp_size)]
-        dist.all_gather(shards, shard.contiguous(), group=group)
-        yield global_name, mapping.tp_merge(global_name, shards)
-
-
 def _sharded_state_dict(model_chunks) -> dict:
     chunks = model_chunks if isinstance(model_chunks, (list, tuple)) else [model_chunks]
     if len(chunks) == 1:
@@ -316,31 +292,12 @@ def weights_only_common(cfg: JobConfig) -> dict:
     }
 
 
-@contextlib.contextmanager
-def _without_weight_init():
-    """Build models with allocated but uninitialised weights (every one is overwritten next).
-
-    megatron's CPU init draws each full layer as an fp32 master copy before sharding it: for
-    the embedding that alone is 2x the bf16 model's largest tensor, and it made peak memory 3x
-    the checkpoint. build_model has no switch for this, so its config hook is wrapped here.
-    """
-    from vepo_mcore.models import builder
-
-    original = builder.transformer_config
-    builder.transformer_config = lambda cfg: dataclasses.replace(original(cfg), perform_initialization=False)
-    try:
-        yield
-    finally:
-        builder.transformer_config = original
-
-
 def _hf_to_megatron_rank(rank: int, world_size: int, hf_dir: str, out_dir: str, cfg: JobConfig) -> None:
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
 
     init_model_parallel(cfg.parallel)
-    with _without_weight_init():
-        model = build_model(cfg)
+    model = build_model(cfg, init_weights=False)  # every weight is overwritten from the checkpoint
     reader = HFCheckpoint(hf_dir)
     load_hf_into_model(model, reader, cfg)
     reader.close()

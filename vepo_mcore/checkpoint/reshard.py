@@ -21,7 +21,6 @@ from vepo_mcore.checkpoint.convert import (
     HF_CONFIG_FILE,
     LATEST_FILE,
     TOKENIZER_DIR,
-    _without_weight_init,
     find_config,
     iteration_dir,
     load_megatron_checkpoint,
@@ -37,8 +36,7 @@ def _reshard_rank(rank: int, world_size: int, src: str, dst: str, cfg: JobConfig
     from vepo_mcore.parallel import init_model_parallel
 
     init_model_parallel(cfg.parallel)
-    with _without_weight_init():
-        model = build_model(cfg)
+    model = build_model(cfg, init_weights=False)
     load_megatron_checkpoint(model, src)
     save_megatron_checkpoint(
         model, iteration_dir(dst, 0), consume_model=True, common=weights_only_common(cfg)

@@ -107,10 +107,18 @@ def layer_spec(cfg: JobConfig):
     return get_gpt_layer_local_spec(normalization="RMSNorm")
 
 
-def build_model(cfg: JobConfig, pre_process: bool | None = None, post_process: bool | None = None):
+def build_model(
+    cfg: JobConfig,
+    pre_process: bool | None = None,
+    post_process: bool | None = None,
+    init_weights: bool = True,
+):
     """This rank's GPTModel stage; megatron parallel state must be initialised first.
 
-    Logits come out vocab-parallel ([seq, batch, padded_vocab / TP]) for the fused log-prob path.
+    Logits come out vocab-parallel ([batch, seq, padded_vocab / TP]) for the fused log-prob path.
+    `init_weights=False` allocates without initialising (a checkpoint overwrites every weight):
+    megatron's CPU init draws each full layer as an fp32 master copy before sharding it, which
+    would triple the peak memory of a conversion.
     """
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
@@ -124,8 +132,10 @@ def build_model(cfg: JobConfig, pre_process: bool | None = None, post_process: b
         pre_process = parallel_state.is_pipeline_first_stage(ignore_virtual=True)
     if post_process is None:
         post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=True)
+    config = transformer_config(cfg)
+    config.perform_initialization = init_weights
     model = GPTModel(
-        config=transformer_config(cfg),
+        config=config,
         transformer_layer_spec=layer_spec(cfg),
         vocab_size=model_vocab_size(cfg),
         max_sequence_length=cfg.model.max_position_embeddings,
