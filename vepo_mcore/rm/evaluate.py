@@ -1,0 +1,111 @@
+"""Reward-model evaluation on held-out pairs (FLORES devtest): pairwise accuracy overall, per
+category and per target language, and per-category error-detection precision / recall / F1.
+
+    result = evaluate_pairs(model, tokenizer, pairs, seq_length)    # RMEvaluation
+    Path("reports/rm/eval.md").write_text(markdown_report(result))
+
+Pairwise accuracy: share of pairs whose reference scores strictly above its corruption.
+Detection: a sequence is flagged for a category when sigmoid(logit) > 0.5; positives are the
+corruptions carrying the category, negatives every other scored sequence (clean references too).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from vepo_mcore.rl.rewards.corruptions import CATEGORIES, label_vector
+from vepo_mcore.rm.data import Pair
+
+
+@dataclass
+class RMEvaluation:
+    pairs: int
+    accuracy: float
+    by_category: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """category -> (pairwise accuracy, pairs)."""
+    by_language: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """target language -> (pairwise accuracy, pairs)."""
+    detection: dict[str, tuple[float, float, float, int]] = field(default_factory=dict)
+    """category -> (precision, recall, F1, positives)."""
+
+
+def detection_f1(predicted: torch.Tensor, labels: torch.Tensor) -> dict[str, tuple[float, float, float, int]]:
+    """predicted, labels [n, 10] booleans -> category -> (precision, recall, F1, positives); 0 when undefined."""
+    out = {}
+    for k, name in enumerate(CATEGORIES):
+        p, y = predicted[:, k], labels[:, k]
+        tp = int((p & y).sum())
+        precision = tp / int(p.sum()) if p.any() else 0.0
+        recall = tp / int(y.sum()) if y.any() else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        out[name] = (precision, recall, f1, int(y.sum()))
+    return out
+
+
+def summarise(
+    pairs: Sequence[Pair],
+    better: torch.Tensor,
+    worse: torch.Tensor,
+    better_probs: torch.Tensor,
+    worse_probs: torch.Tensor,
+) -> RMEvaluation:
+    """Scores [N] and category probabilities [N, 10] of each pair's two sides -> RMEvaluation."""
+    wins = (better > worse).tolist()
+    groups: dict[str, dict[str, list[bool]]] = {"category": defaultdict(list), "language": defaultdict(list)}
+    for pair, win in zip(pairs, wins):
+        groups["category"][pair.category].append(win)
+        groups["language"][pair.tgt_lang].append(win)
+
+    def mean(values):
+        return (sum(values) / len(values), len(values))
+
+    labels = torch.tensor(
+        [[0.0] * len(CATEGORIES)] * len(pairs) + [label_vector(p.worse_categories) for p in pairs]
+    ).bool()
+    predicted = torch.cat([better_probs, worse_probs]) > 0.5
+    return RMEvaluation(
+        pairs=len(pairs),
+        accuracy=sum(wins) / max(1, len(wins)),
+        by_category={
+            c: mean(v) for c, v in sorted(groups["category"].items(), key=lambda kv: CATEGORIES.index(kv[0]))
+        },
+        by_language={lang: mean(v) for lang, v in groups["language"].items()},
+        detection=detection_f1(predicted, labels),
+    )
+
+
+def evaluate_pairs(
+    model, tokenizer, pairs: Sequence[Pair], seq_length: int, batch_size: int = 16
+) -> RMEvaluation:
+    """Collective over the RM's TP group: score both sides of every pair and summarise."""
+    from vepo_mcore.rm.model import score_texts
+
+    prompts = [p.prompt for p in pairs]
+    better, better_probs = score_texts(
+        model, tokenizer, prompts, [p.better for p in pairs], seq_length, batch_size
+    )
+    worse, worse_probs = score_texts(
+        model, tokenizer, prompts, [p.worse for p in pairs], seq_length, batch_size
+    )
+    return summarise(pairs, better, worse, better_probs, worse_probs)
+
+
+def markdown_report(result: RMEvaluation, title: str = "Reward model on FLORES devtest pairs") -> str:
+    """Tables: pairwise accuracy (overall, per category, per target language) and detection P/R/F1."""
+    lines = [f"# {title}", "", f"Pairwise accuracy over {result.pairs} pairs: **{result.accuracy:.3f}**", ""]
+    lines += [
+        "| category | pairwise acc | pairs | detect P | detect R | detect F1 | positives |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in CATEGORIES:
+        acc, n = result.by_category.get(c, (float("nan"), 0))
+        p, r, f1, pos = result.detection.get(c, (0.0, 0.0, 0.0, 0))
+        lines.append(f"| {c} | {acc:.3f} | {n} | {p:.3f} | {r:.3f} | {f1:.3f} | {pos} |")
+    lines += ["", "| target language | pairwise acc | pairs |", "|---|---|---|"]
+    for lang, (acc, n) in result.by_language.items():
+        lines.append(f"| {lang} | {acc:.3f} | {n} |")
+    return "\n".join(lines) + "\n"
