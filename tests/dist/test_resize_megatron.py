@@ -4,6 +4,7 @@ vocabulary: TP=2 equals TP=1 gathered, original-vocab logits unchanged, new rows
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,9 @@ def _worker(rank, world, tmp, expanded):
             f"{tmp}/orig_{tied}", 0, build_model(cfg), config=cfg, tokenizer_dir=default_tokenizer_dir()
         )
 
+    if rank == 0:  # a converted checkpoint's HF config: export must see the new row count
+        Path(f"{tmp}/orig_False/hf_config.json").write_text('{"vocab_size": 152064, "rope_theta": 5.0}')
+    torch.distributed.barrier()
     resize_megatron_checkpoint(f"{tmp}/orig_False", f"{tmp}/tp1", expanded)
     resize_megatron_checkpoint(
         f"{tmp}/orig_False", f"{tmp}/tp2", expanded, overrides=["--parallel.tensor_model_parallel_size=2"]
@@ -141,6 +145,9 @@ def test_resize_megatron_tp_pp(tmp_path, expanded):
     run_processes(_worker, 2, args=(str(tmp_path), expanded))
     from vepo_mcore.config import JobConfig, load_config
 
+    hf_config = json.loads((tmp_path / "tp2" / "hf_config.json").read_text())
+    assert hf_config == {"vocab_size": 151_744, "rope_theta": 5.0}  # padded at TP=1 (divisible by 64)
+    assert not (tmp_path / "tied_pp2" / "hf_config.json").exists()
     for name in ("tp1", "tp2", "tied_pp2"):
         cfg = load_config(JobConfig, tmp_path / name / "iter_0000000" / "config.yaml")
         assert cfg.model.vocab_size == Tokenizer(expanded).vocab_size

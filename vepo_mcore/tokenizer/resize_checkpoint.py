@@ -64,7 +64,8 @@ def plan_resize(base_tokenizer, expanded_tokenizer, old_vocab: int, where: str) 
     old_vocab: the model's real vocab size (model.vocab_size, or the HF tokenizer length);
     `where` names the file it came from for the error message.
     """
-    base_size = _backend(base_tokenizer).get_vocab_size(with_added_tokens=True)
+    base_tokenizer, expanded_tokenizer = _backend(base_tokenizer), _backend(expanded_tokenizer)  # read once
+    base_size = base_tokenizer.get_vocab_size(with_added_tokens=True)
     if old_vocab != base_size:
         raise ValueError(
             f"{where}: the model's vocab size is {old_vocab} but the base tokenizer has {base_size} ids; "
@@ -94,6 +95,8 @@ def _build_config(cfg: JobConfig) -> JobConfig:
     build.model.fp8.format = None
     build.parallel.sequence_parallel = False
     build.parallel.context_parallel_size = 1
+    # torch_dist stores global tensors: only TP (the padded row count) shapes the output, not VPP.
+    build.parallel.virtual_pipeline_model_parallel_size = None
     return build
 
 
@@ -219,7 +222,8 @@ def resize_hf_checkpoint(
         raise ValueError(f"--hf-out {hf_out} must differ from --hf-in (the source is read while writing)")
     reader = HFCheckpoint(hf_in)
     base = base_tokenizer or default_tokenizer_dir()
-    old_vocab = tokenizer_vocab_size(hf_in) or _backend(base).get_vocab_size(with_added_tokens=True)
+    base = _backend(base)
+    old_vocab = tokenizer_vocab_size(hf_in) or base.get_vocab_size(with_added_tokens=True)
     plan = plan_resize(base, expanded_dir, old_vocab, f"{hf_in}/tokenizer.json")
     rows = padded_vocab_size(plan.new_vocab, divisible_by, 1)
     if int(reader.config.get("vocab_size", 0)) < plan.base_vocab:
