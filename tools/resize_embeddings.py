@@ -12,9 +12,15 @@ checkpoint whose config.yaml has model.vocab_size = the expanded tokenizer's len
 tokenizer.path = --tokenizer, with the tokenizer copied beside it. HF: config.json's vocab_size
 becomes padded_vocab_size(new_vocab, --hf-divisible-by (128), 1).
 
-Continued pre-training then needs no other change: point training.checkpoint.load (finetune) at
-the resized checkpoint and keep model.vocab_size and tokenizer.path as its config.yaml says
-(model.vocab_size must equal the expanded tokenizer's length).
+Continued pre-training on the expanded tokenizer then needs no code change, only consistent config:
+  1. tokenize the corpora with it: tools/preprocess_data.py --tokenizer-dir out/qwen2.5-expanded ...
+  2. train from the resized checkpoint: --training.checkpoint.load=ckpt/qwen7b-exp
+     --training.checkpoint.finetune=true --tokenizer.path=out/qwen2.5-expanded
+     --model.vocab_size=<len(expanded tokenizer)> (the values its config.yaml holds). model.vocab_size
+     must equal the expanded tokenizer's length: the padded row count, and so whether the checkpoint
+     loads, follows from it; the trainer does not check it against the tokenizer.
+  3. keep the TP used here, or one with the same padded_vocab_size(new_vocab, divisible_by, TP):
+     a dist checkpoint loads only into the row count it was written with.
 """
 
 from __future__ import annotations

@@ -24,9 +24,10 @@ default: a multiple of 128 like Megatron's rule at TP=1 (transformers itself nee
 Qwen2.5's 152,064 is the rule at TP=4). Tokenizer files come from the expanded directory, never
 from the source (its vocab.json/merges.txt would describe the base vocabulary).
 
-Continued pre-training on the expanded tokenizer needs nothing else: load the resized checkpoint
-with tokenizer.path = the expanded directory and model.vocab_size = its length (both are in the
-resized checkpoint's config.yaml); padding then follows from the one rule.
+Continued pre-training on the expanded tokenizer needs nothing else: data tokenized with it, and the
+resized checkpoint loaded with tokenizer.path = the expanded directory and model.vocab_size = its
+length (both are in the resized checkpoint's config.yaml); padding then follows from the one rule,
+so train at a TP with the same padded row count (tools/resize_embeddings.py lists the steps).
 """
 
 from __future__ import annotations
