@@ -6,7 +6,8 @@ into one figure and a CSV.
     python tools/run_ablation.py --out /tmp/abl --algorithms vepo,grpo --kl none,k3 --steps 3 \
         --init runs/quickstart/sft              # start every run from the same SFT checkpoint
 
-Extra --section.field flags apply to every run (e.g. --rl.prompts_per_step 8).
+Extra --section.field flags apply to every run (e.g. --rl.prompts_per_step 8). Runs keep no
+checkpoints; their per-step metrics go to OUT/histories.json.
 """
 
 import argparse
@@ -44,18 +45,14 @@ def build_runs(args, extra: list[str]):
             if algorithm == "dapo":
                 flags += ["--rl.filtering.dynamic_sampling", "true"]
             name = f"{algorithm}/kl={kl}"
-            runs.append((name, load_config(JobConfig, args.config, [*flags, *extra, *_save(args.out, name)])))
+            runs.append((name, load_config(JobConfig, args.config, [*flags, *extra])))
     if args.overlong and "dapo" in args.algorithms.split(","):
         for buffer in (0, args.overlong_buffer):
             flags = [*base, "--rl.loss.name", "dapo", "--rl.filtering.dynamic_sampling", "true",
                      "--rl.loss.overlong_buffer", str(buffer)]  # fmt: skip
             name = f"dapo-overlong/buffer={buffer}"
-            runs.append((name, load_config(JobConfig, args.config, [*flags, *extra, *_save(args.out, name)])))
+            runs.append((name, load_config(JobConfig, args.config, [*flags, *extra])))
     return runs
-
-
-def _save(out: str, name: str) -> list[str]:
-    return ["--training.checkpoint.save", str(Path(out) / "runs" / name.replace("/", "_"))]
 
 
 def write_outputs(results: dict[str, list[dict]], out: Path) -> None:
