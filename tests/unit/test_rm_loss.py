@@ -1,0 +1,103 @@
+"""RM loss against a naive float64 computation, the pair batch layout, truncation, and the
+evaluation summary against hand-counted numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from vepo_mcore.rl.rewards.corruptions import CATEGORIES
+from vepo_mcore.rm.data import Pair, PairDataset, build_pairs, collate, encode
+from vepo_mcore.rm.evaluate import detection_f1, markdown_report, summarise
+from vepo_mcore.rm.loss import gather_last, rm_loss
+from vepo_mcore.tokenizer import load_tokenizer
+
+
+def _naive(outputs, last, labels, w):
+    total, b = 0.0, outputs.shape[0] // 2
+    at = [[float(x) for x in outputs[i, int(last[i])]] for i in range(2 * b)]
+    for i in range(b):
+        margin = at[i][0] - at[b + i][0]
+        bt = math.log1p(math.exp(-margin))
+        bces = []
+        for row in (i, b + i):
+            for k in range(10):
+                z, y = at[row][1 + k], float(labels[row, k])
+                p = 1 / (1 + math.exp(-z))
+                bces.append(-(y * math.log(p) + (1 - y) * math.log(1 - p)))
+        total += bt + w * sum(bces) / len(bces)
+    return total
+
+
+def test_rm_loss_matches_naive_float64():
+    g = torch.Generator().manual_seed(0)
+    outputs = torch.randn(6, 9, 11, generator=g, dtype=torch.float64)
+    last = torch.tensor([8, 3, 5, 0, 7, 2])
+    labels = (torch.rand(6, 10, generator=g) > 0.7).double()
+    labels[:3] = 0
+    loss, n, report = rm_loss(outputs, last, labels, bce_weight=0.5)
+    assert n.item() == 3 and n.dtype == torch.int
+    assert loss.item() == pytest.approx(_naive(outputs, last, labels, 0.5), rel=1e-6)
+    assert report["loss"][1].item() == 3
+    margins = outputs[[0, 1, 2], last[:3], 0] - outputs[[3, 4, 5], last[3:], 0]
+    assert report["pair_acc"][0].item() == (margins > 0).sum().item()
+
+
+def test_rm_loss_gradient_prefers_the_better_side():
+    outputs = torch.zeros(4, 5, 11, requires_grad=True)
+    loss, _, _ = rm_loss(outputs, torch.tensor([4, 2, 4, 1]), torch.zeros(4, 10))
+    loss.backward()
+    assert (outputs.grad[:2, :, 0].sum(1) < 0).all()  # descent raises the better score
+    assert (outputs.grad[2:, :, 0].sum(1) > 0).all()
+    assert outputs.grad[0, :4].abs().sum() == 0  # only the last real token is read
+
+
+def test_pairs_encode_collate_layout():
+    tok = load_tokenizer()
+    pairs = build_pairs("dev", ("th", "en"), range(2), ("repetition", "intent"), seed=0, tokenizer=tok)
+    assert len(pairs) == 2 * 2 * 2
+    assert all(p.prompt.endswith("<|im_start|>assistant\n") and p.src_lang != p.tgt_lang for p in pairs)
+    ds = PairDataset(pairs, tok, seq_length=24)
+    items = [ds[0], ds[1], ds[2]]
+    batch = collate(items)
+    assert (
+        batch["tokens"].shape == (6, 24) and batch["last"].shape == (6,) and batch["labels"].shape == (6, 10)
+    )
+    assert torch.equal(batch["tokens"][1], items[1]["tokens"][0]) and torch.equal(
+        batch["tokens"][4], items[1]["tokens"][1]
+    )
+    assert batch["labels"][:3].sum() == 0 and batch["labels"][3:].sum(1).min() >= 1
+    full = tok.encode(pairs[0].prompt + pairs[0].worse + "<|im_end|>")
+    assert encode(tok, pairs[0].prompt, pairs[0].worse, 24) == full[-24:]  # the end survives truncation
+    row = items[0]["tokens"][1]
+    assert row[items[0]["last"][1]] == tok.im_end_id
+
+
+def test_summary_and_detection_by_hand():
+    mk = lambda cat, lang: Pair("p", "b", "w", (cat,), cat, "en", lang)  # noqa: E731
+    pairs = [mk("fluency", "th"), mk("fluency", "vi"), mk("intent", "th")]
+    better, worse = torch.tensor([1.0, 0.0, 2.0]), torch.tensor([0.0, 1.0, 1.0])
+    zeros = torch.zeros(3, 10)
+    worse_probs = zeros.clone()
+    f, i = CATEGORIES.index("fluency"), CATEGORIES.index("intent")
+    worse_probs[0, f] = 0.9  # one of two fluency corruptions detected
+    better_probs = zeros.clone()
+    better_probs[2, f] = 0.8  # and one false alarm on a clean reference
+    worse_probs[2, i] = 0.7
+    result = summarise(pairs, better, worse, better_probs, worse_probs)
+    assert result.accuracy == pytest.approx(2 / 3)
+    assert result.by_category == {"fluency": (0.5, 2), "intent": (1.0, 1)}
+    assert result.by_language["th"] == (1.0, 2)
+    assert result.detection["fluency"] == pytest.approx((0.5, 0.5, 0.5, 2))
+    assert result.detection["intent"] == pytest.approx((1.0, 1.0, 1.0, 1))
+    assert result.detection["leakage"] == (0.0, 0.0, 0.0, 0)
+    table = markdown_report(result)
+    assert all(f"| {c} |" in table for c in CATEGORIES) and "| fluency | 0.500 | 2 |" in table
+    assert detection_f1(torch.zeros(2, 10).bool(), torch.ones(2, 10).bool())["fluency"] == (0.0, 0.0, 0.0, 2)
+
+
+def test_gather_last_reads_each_rows_index():
+    x = torch.arange(2 * 3 * 1.0).reshape(2, 3, 1)
+    assert gather_last(x, torch.tensor([2, 0])).flatten().tolist() == [2.0, 3.0]
