@@ -1,6 +1,6 @@
 """Embedding resize of Megatron checkpoints (SPEC section 1) on a tiny model with the real Qwen2.5
-vocabulary: TP=2 equals TP=1 gathered, original-vocab logits unchanged, new rows = mean of pieces
-(untied at TP=2, tied at PP=2), and the CLI writes the same checkpoint."""
+vocabulary: TP=2 equals TP=1 gathered, PP=2 equals PP=1, original-vocab logits unchanged, new rows
+= mean of pieces (untied at TP=2, tied at PP=2), config and tokenizer follow."""
 
 from __future__ import annotations
 
@@ -100,6 +100,9 @@ def _worker(rank, world, tmp, expanded):
         f"{tmp}/orig_False", f"{tmp}/tp2", expanded, overrides=["--parallel.tensor_model_parallel_size=2"]
     )
     resize_megatron_checkpoint(
+        f"{tmp}/orig_False", f"{tmp}/pp2", expanded, overrides=["--parallel.pipeline_model_parallel_size=2"]
+    )
+    resize_megatron_checkpoint(
         f"{tmp}/orig_True",
         f"{tmp}/tied_pp2",
         expanded,
@@ -119,6 +122,8 @@ def _worker(rank, world, tmp, expanded):
     # Tensors: TP=2 == TP=1 gathered; new rows = float64 mean of the base encoding's rows.
     orig, tp1, tp2 = _tensors(f"{tmp}/orig_False"), _tensors(f"{tmp}/tp1"), _tensors(f"{tmp}/tp2")
     assert set(tp1) == set(tp2) == set(orig) and "output_layer.weight" in tp2
+    pp2 = _tensors(f"{tmp}/pp2")  # untied at PP=2: embedding on stage 0, output layer on stage 1
+    assert set(pp2) == set(tp1) and all(torch.equal(pp2[name], tp1[name]) for name in tp1)
     base, exp = load_tokenizer(), Tokenizer(expanded)
     for name in orig:
         if name in ("embedding.word_embeddings.weight", "output_layer.weight"):
@@ -148,7 +153,7 @@ def test_resize_megatron_tp_pp(tmp_path, expanded):
     hf_config = json.loads((tmp_path / "tp2" / "hf_config.json").read_text())
     assert hf_config == {"vocab_size": 151_744, "rope_theta": 5.0}  # padded at TP=1 (divisible by 64)
     assert not (tmp_path / "tied_pp2" / "hf_config.json").exists()
-    for name in ("tp1", "tp2", "tied_pp2"):
+    for name in ("tp1", "tp2", "pp2", "tied_pp2"):
         cfg = load_config(JobConfig, tmp_path / name / "iter_0000000" / "config.yaml")
         assert cfg.model.vocab_size == Tokenizer(expanded).vocab_size
         assert cfg.tokenizer.path == expanded
