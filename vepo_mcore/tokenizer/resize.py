@@ -62,7 +62,11 @@ def new_row_sources(base_tokenizer, expanded_tokenizer) -> dict[int, list[int]]:
 
 
 def resize_embedding(
-    weight: torch.Tensor, new_vocab_size: int, padded_rows: int, sources: dict[int, list[int]]
+    weight: torch.Tensor,
+    new_vocab_size: int,
+    padded_rows: int,
+    sources: dict[int, list[int]],
+    chunk: int = 4096,
 ) -> torch.Tensor:
     """Embedding (or output layer) matrix for the expanded vocabulary.
 
@@ -70,7 +74,8 @@ def resize_embedding(
     sources: new_row_sources(...); its ids must be exactly base_vocab..new_vocab_size-1, where
     base_vocab = new_vocab_size - len(sources).
     Returns [padded_rows, hidden] in weight's dtype/device: rows < base_vocab copied bit for bit,
-    new rows = mean of their source rows (accumulated in float32), rows >= new_vocab_size zero.
+    new rows = mean of their source rows (accumulated in float32, float64 for float64 weights),
+    rows >= new_vocab_size zero. `chunk` new ids are averaged at a time (bounds the gathered rows).
     """
     if weight.dim() != 2:
         raise ValueError(f"embedding weight must be [rows, hidden], got shape {tuple(weight.shape)}")
@@ -81,10 +86,21 @@ def resize_embedding(
         raise ValueError(f"embedding has {weight.shape[0]} rows, fewer than the base vocabulary {base_vocab}")
     if padded_rows < new_vocab_size:
         raise ValueError(f"padded_rows {padded_rows} is smaller than the new vocabulary {new_vocab_size}")
-    out = torch.zeros(padded_rows, weight.shape[1], dtype=weight.dtype, device=weight.device)
-    out[:base_vocab] = weight[:base_vocab]
     for new_id, ids in sources.items():
         if not ids or min(ids) < 0 or max(ids) >= base_vocab:
             raise ValueError(f"new id {new_id}: source ids {ids} must be non-empty and < {base_vocab}")
-        out[new_id] = weight[ids].float().mean(dim=0).to(weight.dtype)
+    out = torch.zeros(padded_rows, weight.shape[1], dtype=weight.dtype, device=weight.device)
+    out[:base_vocab] = weight[:base_vocab]
+    # Vectorised in chunks of new ids (a per-token loop took minutes for 28k tokens at hidden 3584):
+    # gather all source rows, sum them per new id with index_add_, divide by the piece count.
+    acc_dtype = torch.promote_types(weight.dtype, torch.float32)
+    new_ids = sorted(sources)
+    for start in range(0, len(new_ids), chunk):
+        ids = new_ids[start : start + chunk]
+        flat = torch.tensor([i for new_id in ids for i in sources[new_id]], device=weight.device)
+        counts = torch.tensor([len(sources[new_id]) for new_id in ids], device=weight.device)
+        segment = torch.repeat_interleave(torch.arange(len(ids), device=weight.device), counts)
+        sums = torch.zeros(len(ids), weight.shape[1], dtype=acc_dtype, device=weight.device)
+        sums.index_add_(0, segment, weight[flat].to(acc_dtype))
+        out[ids[0] : ids[-1] + 1] = (sums / counts.unsqueeze(1).to(acc_dtype)).to(weight.dtype)
     return out
