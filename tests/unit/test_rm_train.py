@@ -104,3 +104,30 @@ def _policy_init(rank, world, tmp):
 
 def test_rm_trunk_initialises_from_policy_checkpoint(tmp_path):
     run_processes(_policy_init, 1, args=(str(tmp_path),))
+
+
+def _tool(rank, world, tmp):
+    import json
+    from pathlib import Path
+
+    from tools.train_rm import main
+
+    summary = main(
+        [
+            "--train-lines", "2", "--test-lines", "1", "--langs", "th,en", "--categories", "fluency,leakage",
+            "--report-dir", f"{tmp}/report", "--model.num_layers", "1", "--model.hidden_size", "32",
+            "--model.ffn_hidden_size", "64", "--model.num_attention_heads", "2", "--model.num_query_groups", "1",
+            "--model.transformer_impl", "local", "--training.seq_length", "32", "--training.micro_batch_size", "2",
+            "--training.global_batch_size", "4", "--training.train_iters", "2",
+            "--training.checkpoint.save", f"{tmp}/ckpt",
+        ]
+    )  # fmt: skip
+    table = Path(f"{tmp}/report/eval.md").read_text()
+    assert "| fluency |" in table and "| th |" in table and "| en |" in table
+    saved = json.loads(Path(f"{tmp}/report/eval.json").read_text())
+    assert saved["pairs"] == summary["pairs"] == 4 and saved["train_pairs"] == 8
+    assert (Path(tmp) / "ckpt" / "iter_0000002" / "config.yaml").is_file()
+
+
+def test_train_rm_tool_writes_tables_and_checkpoint(tmp_path):
+    run_processes(_tool, 1, args=(str(tmp_path),))
