@@ -48,3 +48,50 @@ def _tp_scores(rank, world, tmp):
 @pytest.mark.dist
 def test_rm_scores_tp2_equal_tp1(tmp_path):
     run_processes(_tp_scores, 2, args=(str(tmp_path),))
+
+
+def _layout_losses(rank, world, tmp):
+    """The RM forward step + loss through megatron's schedule: PP=2 and TP=2 give PP=1's losses."""
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.rm.data import PairDataset, build_pairs, collate
+    from vepo_mcore.rm.loss import make_forward_step
+    from vepo_mcore.rm.model import build_reward_model
+    from vepo_mcore.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    pairs = build_pairs("dev", ("vi", "km"), range(2), ("repetition", "format"), seed=4, tokenizer=tok)
+    ds = PairDataset(pairs, tok, seq_length=40)
+    batches = [collate([ds[0], ds[1]]), collate([ds[2], ds[3]])]
+
+    def losses(tp, pp, seed, load=None, save=None):
+        cfg = tiny_cfg(tp=tp, pp=pp, num_layers=2)
+        cfg.model.vocab_size, cfg.model.transformer_impl = len(tok), "local"
+        init_model_parallel(cfg.parallel, seed=seed)
+        model = build_reward_model(cfg)
+        model.config.calculate_per_token_loss = True  # as wrap_model sets it for training
+        if load:
+            load_model(model, load)
+        else:
+            torch.nn.init.normal_(model.output_layer.weight, std=0.5)
+            save_model(model, save)
+        out = get_forward_backward_func()(
+            forward_step_func=make_forward_step(0.5), data_iterator=iter(batches), model=[model],
+            num_microbatches=2, seq_length=40, micro_batch_size=4, forward_only=True,
+        )  # fmt: skip
+        if not parallel_state.is_pipeline_last_stage():
+            return None
+        return torch.stack([r["loss"][0] / r["loss"][1] for r in out])
+
+    ref = losses(1, 1, 1, save=f"{tmp}/ref")
+    for tp, pp in ((1, 2), (2, 1)):
+        got = losses(tp, pp, 9, load=f"{tmp}/ref")
+        if got is not None:
+            assert torch.allclose(got, ref, atol=1e-5, rtol=0), (tp, pp, got, ref)
+
+
+@pytest.mark.dist
+def test_rm_loss_equal_across_tp_pp_layouts(tmp_path):
+    run_processes(_layout_losses, 2, args=(str(tmp_path),))
