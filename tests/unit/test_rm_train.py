@@ -32,6 +32,7 @@ def _train_and_serve(rank, world, tmp):
     from vepo_mcore.config.rewards import RewardsConfig
     from vepo_mcore.rl.rewards import rm as rm_term
     from vepo_mcore.rl.rewards.mt import mt_reward
+    from vepo_mcore.rl.rewards.rlvr import rlvr_reward
     from vepo_mcore.rl.sample import Sample
     from vepo_mcore.rm.data import build_pairs
     from vepo_mcore.rm.evaluate import evaluate_pairs
@@ -66,6 +67,21 @@ def _train_and_serve(rank, world, tmp):
     got = mt_reward(samples, RewardsConfig(mt="rm", rm_checkpoint=f"{tmp}/rm"))
     want, _ = score_texts(model, tok, [s.prompt for s in samples], [s.response for s in samples], 48)
     assert torch.allclose(torch.tensor(got.values), want, atol=1e-5), (got.values, want)
+    # Combined with the RLVR terms: R_mt is the RM score, the verifiable terms are added beside it.
+    rich = [
+        Sample(prompt=p.prompt, response=p.worse, source=p.source, src_lang=p.src_lang, tgt_lang=p.tgt_lang)
+        for p in pairs
+    ]
+    rlvr_reward(rich, RewardsConfig(mt="rm", rm_checkpoint=f"{tmp}/rm", normalize=False))
+    want_worse = want[1::2]
+    for s, score in zip(rich, want_worse.tolist()):
+        assert abs(s.reward_terms["mt"] - score) < 1e-5 and {"lid", "length", "mixing"} <= set(s.reward_terms)
+        others = sum(
+            w * max(-5.0, min(5.0, s.reward_terms[k]))
+            for k, w in RewardsConfig().weights.items()
+            if k != "mt"
+        )
+        assert abs(s.reward_terms["total"] - (max(-5.0, min(5.0, score)) + others)) < 1e-5
     # A sample with only source + languages gets the translation prompt built for it.
     bare = Sample(source="Hello.", response="สวัสดี", src_lang="en", tgt_lang="th")
     assert len(mt_reward([bare], RewardsConfig(mt="rm", rm_checkpoint=f"{tmp}/rm")).values) == 1

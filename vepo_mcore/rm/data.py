@@ -35,6 +35,8 @@ class Pair:
     """The category the corruption was generated for."""
     src_lang: str
     tgt_lang: str
+    source: str = ""
+    """The source sentence the prompt asks to translate."""
 
 
 def build_pairs(
@@ -59,7 +61,7 @@ def build_pairs(
             prompt = format_prompt(Direction(src, tgt), source, tokenizer)
             for category in categories:
                 c = corrupt(source, reference, src, tgt, category, seed=seed * 100_003 + i)
-                pairs.append(Pair(prompt, reference, c.text, c.categories, category, src, tgt))
+                pairs.append(Pair(prompt, reference, c.text, c.categories, category, src, tgt, source))
     return pairs
 
 
