@@ -44,6 +44,26 @@ def _tp_scores(rank, world, tmp):
     assert torch.allclose(scores, ref_scores, atol=1e-5, rtol=0), (scores - ref_scores).abs().max()
     assert torch.allclose(probs, ref_probs, atol=1e-5, rtol=0)
 
+    # The registered reward loads a TP=1 RM checkpoint into this TP=2 layout (every rank scores).
+    from vepo_mcore.config.rewards import RewardsConfig
+    from vepo_mcore.rl.rewards import rm as rm_term
+    from vepo_mcore.rl.rewards.registry import run_reward
+    from vepo_mcore.rl.sample import Sample
+    from vepo_mcore.training.checkpointing import save_checkpoint
+
+    cfg = tiny_cfg(tp=1, num_layers=2)
+    cfg.model.vocab_size, cfg.model.transformer_impl, cfg.training.seq_length = len(tok), "local", 96
+    _rm(1, len(tok), seed=1)  # back to the TP=1 layout to save as the trainer would
+    ref_again = _rm(1, len(tok), seed=5)
+    load_model(ref_again, f"{tmp}/tp1")
+    save_checkpoint(f"{tmp}/rm_ckpt", 3, ref_again, config=cfg)
+    _rm(2, len(tok), seed=7)  # the "RL job" runs TP=2
+    rm_term.clear_cache()
+    samples = [Sample(prompt=p, response=r) for p, r in zip(prompts, responses)]
+    got = run_reward("rm", samples, RewardsConfig(mt="rm", rm_checkpoint=f"{tmp}/rm_ckpt"))
+    assert torch.allclose(torch.tensor(got.values), ref_scores, atol=1e-5, rtol=0)
+    rm_term.clear_cache()
+
 
 @pytest.mark.dist
 def test_rm_scores_tp2_equal_tp1(tmp_path):
