@@ -75,6 +75,18 @@ def test_pairs_encode_collate_layout():
     assert row[items[0]["last"][1]] == tok.im_end_id
 
 
+def test_micro_batches_split_dp_ranks_and_reject_tiny_datasets():
+    from vepo_mcore.rm.data import micro_batches
+
+    tok = load_tokenizer()
+    ds = PairDataset(build_pairs("dev", ("vi",), range(4), ("fluency",), seed=0, tokenizer=tok), tok, 16)
+    r0, r1 = next(micro_batches(ds, 2, 0, 2)), next(micro_batches(ds, 2, 1, 2))
+    rows = {tuple(t.tolist()) for t in torch.cat([r0["tokens"][:2], r1["tokens"][:2]])}
+    assert len(rows) == 4  # the two ranks read disjoint pairs covering the dataset
+    with pytest.raises(ValueError, match="cannot fill one micro-batch"):
+        next(micro_batches(ds, 3, 0, 2))
+
+
 def test_summary_and_detection_by_hand():
     mk = lambda cat, lang: Pair("p", "b", "w", (cat,), cat, "en", lang)  # noqa: E731
     pairs = [mk("fluency", "th"), mk("fluency", "vi"), mk("intent", "th")]

@@ -109,6 +109,11 @@ def micro_batches(
 ):
     """Endless iterator of collated micro-batches; DP rank r reads every dp_size-th micro-batch of a
     seeded shuffle (epoch by epoch), so ranks see disjoint pairs."""
+    if len(dataset) < pairs_per_micro * dp_size:
+        raise ValueError(
+            f"{len(dataset)} pairs cannot fill one micro-batch of {pairs_per_micro} pairs on each of "
+            f"{dp_size} data-parallel ranks (training.micro_batch_size counts pairs)"
+        )
     epoch = 0
     while True:
         order = list(range(len(dataset)))
