@@ -143,6 +143,16 @@ def pretrain(
     cfg.validate(dist.get_world_size())
     if train_dataset is None:
         train_dataset, valid_dataset, tokenizer_dir = default_datasets(cfg)
+    if tokenizer_dir is not None:
+        from vepo_mcore.tokenizer import load_tokenizer
+
+        n_ids = len(load_tokenizer(tokenizer_dir))
+        if n_ids > cfg.model.vocab_size:
+            raise ValueError(
+                f"model.vocab_size ({cfg.model.vocab_size}) is smaller than the tokenizer at {tokenizer_dir} "
+                f"({n_ids} ids): set model.vocab_size to {n_ids} (after tools/resize_embeddings.py for an "
+                "expanded tokenizer)"
+            )
     dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
     n_micro = num_microbatches(cfg, dp_size)
 
