@@ -67,16 +67,20 @@ def policy_loss(
     kl: KLConfig | None,
     adv: torch.Tensor,
     *,
-    eps_low: float,
-    eps_high: float,
-    agg: str,
+    symmetric_clip: bool = False,
+    agg: str | None = None,
     entropy_coef: float = 0.0,
     default_kl_placement: str = "loss",
 ) -> tuple[torch.Tensor, dict]:
     """-agg(clipped surrogate) - entropy_coef * agg(H) + kl.coef * agg(k(logp, ref)) when KL is in the loss.
 
-    Returns (loss, metrics) with metrics namespaced 'rl/...' (detached tensors).
+    batch tensors and adv are [B, T]. The clip is [1 - cfg.eps_low, 1 + cfg.eps_high] (clip-higher), or
+    [1 - eps_low, 1 + eps_low] with symmetric_clip (PPO, GRPO, RLOO, REINFORCE++); agg defaults to
+    cfg.loss_agg. Returns (scalar loss, metrics namespaced 'rl/...' as detached tensors).
     """
+    eps_low = cfg.eps_low
+    eps_high = cfg.eps_low if symmetric_clip else cfg.eps_high
+    agg = cfg.loss_agg if agg is None else agg
     ratio = policy_ratio(batch, cfg)
     adv = adv.detach()
     pg = -aggregate(clipped_surrogate(ratio, adv, eps_low, eps_high), batch, agg)

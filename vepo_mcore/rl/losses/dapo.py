@@ -52,9 +52,7 @@ def dapo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tu
         keep = dynamic_sampling_keep(dapo_rewards(batch, cfg, kl), batch.group_ids)
         batch = dataclasses.replace(batch, mask=batch.mask.bool() & keep.unsqueeze(-1))
         kept_frac = keep.to(torch.float32).mean()
-    loss, metrics = policy_loss(
-        batch, cfg, kl, adv, eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.loss_agg
-    )
+    loss, metrics = policy_loss(batch, cfg, kl, adv)
     if kept_frac is not None:
         metrics["rl/dynamic_sampling_kept"] = kept_frac
     return loss, metrics

@@ -25,4 +25,4 @@ def grpo_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None)
 @register_loss("grpo", advantages=grpo_advantages, kl_placement="loss")
 def grpo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
     adv = batch.advantages if batch.advantages is not None else grpo_advantages(batch, cfg, kl)
-    return policy_loss(batch, cfg, kl, adv, eps_low=cfg.eps_low, eps_high=cfg.eps_low, agg="seq_mean")
+    return policy_loss(batch, cfg, kl, adv, symmetric_clip=True, agg="seq_mean")

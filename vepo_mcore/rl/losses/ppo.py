@@ -56,16 +56,7 @@ def value_loss(
 @register_loss("ppo", advantages=ppo_advantages, kl_placement="reward")
 def ppo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
     adv = batch.advantages if batch.advantages is not None else ppo_advantages(batch, cfg, kl)
-    loss, metrics = policy_loss(
-        batch,
-        cfg,
-        kl,
-        adv,
-        eps_low=cfg.eps_low,
-        eps_high=cfg.eps_low,
-        agg=cfg.loss_agg,
-        default_kl_placement="reward",
-    )
+    loss, metrics = policy_loss(batch, cfg, kl, adv, symmetric_clip=True, default_kl_placement="reward")
     if batch.values is not None:
         if batch.old_values is None:
             raise ValueError("PPO value loss needs RLBatch.old_values for the value clip")

@@ -31,13 +31,4 @@ def reinforce_pp_loss(
     batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None
 ) -> tuple[torch.Tensor, dict]:
     adv = batch.advantages if batch.advantages is not None else reinforce_pp_advantages(batch, cfg, kl)
-    return policy_loss(
-        batch,
-        cfg,
-        kl,
-        adv,
-        eps_low=cfg.eps_low,
-        eps_high=cfg.eps_low,
-        agg=cfg.loss_agg,
-        default_kl_placement="reward",
-    )
+    return policy_loss(batch, cfg, kl, adv, symmetric_clip=True, default_kl_placement="reward")

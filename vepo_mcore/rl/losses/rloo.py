@@ -28,13 +28,4 @@ def rloo_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None)
 @register_loss("rloo", advantages=rloo_advantages, kl_placement="reward")
 def rloo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
     adv = batch.advantages if batch.advantages is not None else rloo_advantages(batch, cfg, kl)
-    return policy_loss(
-        batch,
-        cfg,
-        kl,
-        adv,
-        eps_low=cfg.eps_low,
-        eps_high=cfg.eps_low,
-        agg=cfg.loss_agg,
-        default_kl_placement="reward",
-    )
+    return policy_loss(batch, cfg, kl, adv, symmetric_clip=True, default_kl_placement="reward")

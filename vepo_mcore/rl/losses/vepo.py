@@ -35,13 +35,4 @@ def vepo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tu
         if batch.entropy is None:
             raise ValueError("VEPO with rl.loss.alpha != 0 needs RLBatch.entropy for the advantage shaping")
         adv = entropy_shaped_advantages(base, batch.entropy, batch.mask, cfg.alpha, cfg.gamma)
-    return policy_loss(
-        batch,
-        cfg,
-        kl,
-        adv,
-        eps_low=cfg.eps_low,
-        eps_high=cfg.eps_high,
-        agg=cfg.loss_agg,
-        entropy_coef=cfg.beta,
-    )
+    return policy_loss(batch, cfg, kl, adv, entropy_coef=cfg.beta)
