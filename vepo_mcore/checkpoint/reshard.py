@@ -14,33 +14,18 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-import torch.distributed as dist
-
 from vepo_mcore.checkpoint.convert import (
-    CONFIG_FILE,
     HF_CONFIG_FILE,
-    LATEST_FILE,
     TOKENIZER_DIR,
     find_config,
-    iteration_dir,
     load_megatron_checkpoint,
-    local_process_group,
-    save_megatron_checkpoint,
-    weights_only_common,
+    write_weights_only,
 )
-from vepo_mcore.config import JobConfig, load_config, save_config
+from vepo_mcore.config import JobConfig, load_config
 
 
-def _reshard_rank(rank: int, world_size: int, src: str, dst: str, cfg: JobConfig) -> None:
-    from vepo_mcore.models.builder import build_model
-    from vepo_mcore.parallel import init_model_parallel
-
-    init_model_parallel(cfg.parallel)
-    model = build_model(cfg, init_weights=False)
+def _load_megatron(model, src: str, cfg: JobConfig) -> None:
     load_megatron_checkpoint(model, src)
-    save_megatron_checkpoint(
-        model, iteration_dir(dst, 0), consume_model=True, common=weights_only_common(cfg)
-    )
 
 
 def reshard_checkpoint(src: str | Path, dst: str | Path, tp: int = 1, pp: int = 1) -> Path:
@@ -55,35 +40,13 @@ def reshard_checkpoint(src: str | Path, dst: str | Path, tp: int = 1, pp: int = 
     if cfg.model.num_layers % pp:
         raise ValueError(f"model.num_layers ({cfg.model.num_layers}) must be divisible by pipeline size {pp}")
     out = Path(dst)
-    world = tp * pp
-    in_group = dist.is_initialized() and dist.get_world_size() > 1
-    if in_group and dist.get_world_size() != world:
-        raise ValueError(
-            f"reshard_checkpoint to TP*PP={world} called in a group of {dist.get_world_size()} processes"
-        )
-    main = not in_group or dist.get_rank() == 0
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
+    if (out / TOKENIZER_DIR).is_dir() or (root / TOKENIZER_DIR).is_dir():
+        cfg.tokenizer.path = str((out / TOKENIZER_DIR).resolve())
+
+    def prepare() -> None:
         if (root / HF_CONFIG_FILE).is_file():
             shutil.copyfile(root / HF_CONFIG_FILE, out / HF_CONFIG_FILE)
         if (root / TOKENIZER_DIR).is_dir():
             shutil.copytree(root / TOKENIZER_DIR, out / TOKENIZER_DIR, dirs_exist_ok=True)
-    if (out / TOKENIZER_DIR).is_dir() or (root / TOKENIZER_DIR).is_dir():
-        cfg.tokenizer.path = str((out / TOKENIZER_DIR).resolve())
-    if in_group:
-        dist.barrier()
-        _reshard_rank(dist.get_rank(), world, str(src), str(out), cfg)
-    elif world == 1:
-        with local_process_group():
-            _reshard_rank(0, 1, str(src), str(out), cfg)
-    else:
-        from vepo_mcore.parallel.launch import run_processes
 
-        run_processes(_reshard_rank, world, args=(str(src), str(out), cfg))
-    if main:
-        save_config(cfg, iteration_dir(out, 0) / CONFIG_FILE)
-        save_config(cfg, out / CONFIG_FILE)
-        (out / LATEST_FILE).write_text("0\n")
-    if in_group:
-        dist.barrier()
-    return out
+    return write_weights_only(_load_megatron, src, out, cfg, prepare, "reshard_checkpoint")
