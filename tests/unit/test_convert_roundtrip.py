@@ -80,18 +80,8 @@ def test_cli_dry_run_and_error(tmp_path, capsys, monkeypatch):
     spec.loader.exec_module(tool)
     tiny_qwen2_hf(tmp_path / "hf", vocab_size=320, num_layers=2)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the tool hides GPUs; restored after this test
-    tool.main(
-        [
-            "hf-to-megatron",
-            "--hf",
-            str(tmp_path / "hf"),
-            "--out",
-            str(tmp_path / "mc"),
-            "--tp",
-            "2",
-            "--dry-run",
-        ]
-    )
+    convert = ["hf-to-megatron", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "mc")]
+    tool.main([*convert, "--tp", "2", "--dry-run"])
     out = capsys.readouterr().out
     assert (
         "mlp.linear_fc1.weight [352, 64] <- model.layers.0.mlp.gate_proj.weight + model.layers.0.mlp.up_proj.weight"
@@ -99,17 +89,7 @@ def test_cli_dry_run_and_error(tmp_path, capsys, monkeypatch):
     )
     assert not (tmp_path / "mc").exists()
     with pytest.raises(ValueError, match="vocab_size"):
-        tool.main(
-            [
-                "hf-to-megatron",
-                "--hf",
-                str(tmp_path / "hf"),
-                "--out",
-                str(tmp_path / "mc"),
-                "--vocab-size",
-                "999",
-            ]
-        )
+        tool.main([*convert, "--vocab-size", "999"])
 
 
 def test_missing_files_raise(tmp_path):
