@@ -64,23 +64,11 @@ def test_reference_scores_100_and_reports_are_written(tmp_path):
 
 
 def test_copy_source_groups_bootstrap_and_parallel_equals_serial(tmp_path):
-    serial = run_evaluation(
-        job(
-            tmp_path / "s",
-            SystemSpec(kind="copy-source"),
-            SystemSpec(kind="reference"),
-            bootstrap_samples=200,
-        )
+    copy_vs_reference = dict(
+        system=SystemSpec(kind="copy-source"), baseline=SystemSpec(kind="reference"), bootstrap_samples=200
     )
-    parallel = run_evaluation(
-        job(
-            tmp_path / "p",
-            SystemSpec(kind="copy-source"),
-            SystemSpec(kind="reference"),
-            2,
-            bootstrap_samples=200,
-        )
-    )
+    serial = run_evaluation(job(tmp_path / "s", workers=1, **copy_vs_reference))
+    parallel = run_evaluation(job(tmp_path / "p", workers=2, **copy_vs_reference))
     assert serial["directions"] == parallel["directions"]
     assert serial["bootstrap"] == parallel["bootstrap"]
     # reference check of one direction and of the group mean
