@@ -76,15 +76,16 @@ def _layout_losses(rank, world, tmp):
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rm.data import PairDataset, build_pairs, collate
+    from vepo_mcore.rm.data import PairDataset, build_pairs
     from vepo_mcore.rm.loss import make_forward_step
     from vepo_mcore.rm.model import build_reward_model
     from vepo_mcore.tokenizer import load_tokenizer
+    from vepo_mcore.training.sampler import collate
 
     tok = load_tokenizer()
     pairs = build_pairs("dev", ("vi", "km"), range(2), ("repetition", "format"), seed=4, tokenizer=tok)
     ds = PairDataset(pairs, tok, seq_length=40)
-    batches = [collate([ds[0], ds[1]]), collate([ds[2], ds[3]])]
+    batches = [collate([ds[0], ds[1]]), collate([ds[2], ds[3]])]  # the training loop's stacking
 
     def losses(tp, pp, seed, load=None, save=None):
         cfg = tiny_cfg(tp=tp, pp=pp, num_layers=2)

@@ -99,5 +99,9 @@ def test_errors_name_the_known_values():
         corrupt("a", "b c", "en", "xx", "fluency")
     with pytest.raises(ValueError, match="empty"):
         corrupt("a", "  ", "en", "th", "fluency")
+    with pytest.raises(ValueError, match="must not be in the target language th"):
+        corrupt("a", "b c", "en", "th", "off-target", other=("th", "d e"))
+    with pytest.raises(ValueError, match="unknown language"):
+        corrupt("a", "b c", "en", "th", "off-target", other=("xx", "d e"))
     with pytest.raises(ValueError, match="unknown categories"):
         label_vector(("fluency", "style"))

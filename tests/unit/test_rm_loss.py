@@ -9,13 +9,15 @@ import pytest
 import torch
 
 from vepo_mcore.rl.rewards.corruptions import CATEGORIES
-from vepo_mcore.rm.data import Pair, PairDataset, build_pairs, collate, encode
+from vepo_mcore.rm.data import Pair, PairDataset, build_pairs, encode, positive_weights
 from vepo_mcore.rm.evaluate import detection_f1, markdown_report, summarise
-from vepo_mcore.rm.loss import gather_last, rm_loss
+from vepo_mcore.rm.loss import flatten_pairs, gather_last, rm_loss
 from vepo_mcore.tokenizer import load_tokenizer
+from vepo_mcore.training.sampler import collate
 
 
-def _naive(outputs, last, labels, w):
+def _naive(outputs, last, labels, w, pos_weight=None):
+    pos_weight = pos_weight if pos_weight is not None else [1.0] * 10
     total, b = 0.0, outputs.shape[0] // 2
     at = [[float(x) for x in outputs[i, int(last[i])]] for i in range(2 * b)]
     for i in range(b):
@@ -26,7 +28,7 @@ def _naive(outputs, last, labels, w):
             for k in range(10):
                 z, y = at[row][1 + k], float(labels[row, k])
                 p = 1 / (1 + math.exp(-z))
-                bces.append(-(y * math.log(p) + (1 - y) * math.log(1 - p)))
+                bces.append(-(pos_weight[k] * y * math.log(p) + (1 - y) * math.log(1 - p)))
         total += bt + w * sum(bces) / len(bces)
     return total
 
@@ -43,6 +45,20 @@ def test_rm_loss_matches_naive_float64():
     assert report["loss"][1].item() == 3
     margins = outputs[[0, 1, 2], last[:3], 0] - outputs[[3, 4, 5], last[3:], 0]
     assert report["pair_acc"][0].item() == (margins > 0).sum().item()
+    # Positive labels weighted per category (rare categories count more).
+    w = torch.linspace(1.0, 19.0, 10, dtype=torch.float64)
+    weighted, _, _ = rm_loss(outputs, last, labels, bce_weight=0.5, pos_weight=w)
+    assert weighted.item() == pytest.approx(_naive(outputs, last, labels, 0.5, w.tolist()), rel=1e-6)
+    assert weighted.item() > loss.item()
+
+
+def test_positive_weights_count_negatives_over_positives():
+    mk = lambda cats: Pair("p", "b", "w", cats, cats[0], "en", "th")  # noqa: E731
+    pairs = [mk(("fluency",)), mk(("fluency",)), mk(("intent", "off-target")), mk(("leakage",))]
+    w = positive_weights(pairs, cap=5.0)
+    # 8 sequences: fluency 2 positives -> 6 / 2; intent 1 -> 7 (capped to 5); accuracy none -> 1.
+    assert w[CATEGORIES.index("fluency")] == 3.0 and w[CATEGORIES.index("intent")] == 5.0
+    assert w[CATEGORIES.index("accuracy")] == 1.0 and w[CATEGORIES.index("leakage")] == 5.0
 
 
 def test_rm_loss_gradient_prefers_the_better_side():
@@ -60,8 +76,9 @@ def test_pairs_encode_collate_layout():
     assert len(pairs) == 2 * 2 * 2
     assert all(p.prompt.endswith("<|im_start|>assistant\n") and p.src_lang != p.tgt_lang for p in pairs)
     ds = PairDataset(pairs, tok, seq_length=24)
+    assert sorted(ds.order) == list(range(8)) and ds.order != list(range(8))  # a seeded shuffle
     items = [ds[0], ds[1], ds[2]]
-    batch = collate(items)
+    batch = flatten_pairs(collate(items))  # the training loop's stacking, then the RM forward step's view
     assert (
         batch["tokens"].shape == (6, 24) and batch["last"].shape == (6,) and batch["labels"].shape == (6, 10)
     )
@@ -69,22 +86,29 @@ def test_pairs_encode_collate_layout():
         batch["tokens"][4], items[1]["tokens"][1]
     )
     assert batch["labels"][:3].sum() == 0 and batch["labels"][3:].sum(1).min() >= 1
-    full = tok.encode(pairs[0].prompt + pairs[0].worse + "<|im_end|>")
-    assert encode(tok, pairs[0].prompt, pairs[0].worse, 24) == full[-24:]  # the end survives truncation
+    p0 = pairs[ds.order[0]]
+    full = tok.encode(p0.prompt + p0.worse + "<|im_end|>")
+    assert encode(tok, p0.prompt, p0.worse, 24) == full[-24:]  # the end survives truncation
+    assert torch.equal(items[0]["tokens"][1][: len(full[-24:])], torch.tensor(full[-24:]))
     row = items[0]["tokens"][1]
     assert row[items[0]["last"][1]] == tok.im_end_id
 
 
-def test_micro_batches_split_dp_ranks_and_reject_tiny_datasets():
-    from vepo_mcore.rm.data import micro_batches
+def test_off_target_uses_another_languages_line():
+    from vepo_mcore.languages import load_flores
 
     tok = load_tokenizer()
-    ds = PairDataset(build_pairs("dev", ("vi",), range(4), ("fluency",), seed=0, tokenizer=tok), tok, 16)
-    r0, r1 = next(micro_batches(ds, 2, 0, 2)), next(micro_batches(ds, 2, 1, 2))
-    rows = {tuple(t.tolist()) for t in torch.cat([r0["tokens"][:2], r1["tokens"][:2]])}
-    assert len(rows) == 4  # the two ranks read disjoint pairs covering the dataset
-    with pytest.raises(ValueError, match="cannot fill one micro-batch"):
-        next(micro_batches(ds, 3, 0, 2))
+    pairs = build_pairs("dev", ("th", "vi", "en"), range(12), ("off-target",), seed=0, tokenizer=tok)
+    other = [p for p in pairs if p.worse != p.source]
+    assert 0 < len(other) < len(pairs)  # about half draw a third language's line, the rest copy the source
+    for p in other:
+        line = next(i for i in range(12) if load_flores(p.tgt_lang, "dev")[i] == p.better)
+        third = [lang for lang in ("en", "zh", "th", "ms", "km", "lo", "my", "fil", "id", "vi")
+                 if load_flores(lang, "dev")[line] == p.worse]  # fmt: skip
+        assert third and p.src_lang not in third and p.tgt_lang not in third
+        assert p.worse_categories == ("off-target",)
+    none = build_pairs("dev", ("th",), range(12), ("off-target",), seed=0, tokenizer=tok, other_language=0.0)
+    assert all(p.worse == p.source for p in none)
 
 
 def test_summary_and_detection_by_hand():

@@ -4,6 +4,7 @@ policy checkpoint initialises its trunk."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from vepo_mcore.parallel.launch import run_processes
@@ -36,10 +37,9 @@ def _train_and_serve(rank, world, tmp):
     from vepo_mcore.rl.sample import Sample
     from vepo_mcore.rm.data import build_pairs
     from vepo_mcore.rm.evaluate import evaluate_pairs
-    from vepo_mcore.rm.model import score_texts
+    from vepo_mcore.rm.model import load_reward_model, score_texts
     from vepo_mcore.rm.train import train_rm
     from vepo_mcore.tokenizer import load_tokenizer
-    from vepo_mcore.training.optimizer import unwrap
 
     tok = load_tokenizer()
     cfg = tiny_rm_cfg(len(tok), tmp)
@@ -47,9 +47,10 @@ def _train_and_serve(rank, world, tmp):
     test = build_pairs("devtest", LANGS, range(15), CATS, seed=1, tokenizer=tok)
 
     torch.manual_seed(0)
-    history, model = train_rm(cfg, train, tok)
-    assert history[-1]["loss"] < history[0]["loss"] - 0.3, [round(h["loss"], 3) for h in history]
-    model = unwrap(model).eval()
+    history = train_rm(cfg, train, tok, valid_pairs=test)
+    losses = [h["train/loss"] for h in history]
+    assert losses[-1] < losses[0] - 0.3, [round(v, 3) for v in losses]
+    model = load_reward_model(f"{tmp}/rm")[0]  # the saved checkpoint, as tools/train_rm.py evaluates it
     result = evaluate_pairs(model, tok, test, cfg.training.seq_length)
     # An untrained or gradient-broken RM sits near 0.5; these categories are learnt in ~20 steps.
     assert result.accuracy > 0.8, result
@@ -96,6 +97,7 @@ def _policy_init(rank, world, tmp):
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
     from vepo_mcore.rm.model import build_reward_model, load_policy_weights
+    from vepo_mcore.rm.train import rm_model_provider
     from vepo_mcore.training.checkpointing import save_checkpoint
 
     cfg = tiny_rm_cfg(1000, tmp)
@@ -117,9 +119,47 @@ def _policy_init(rank, world, tmp):
     assert not torch.equal(rm.decoder.layers[0].mlp.linear_fc1.weight, fresh)
     assert torch.equal(rm.output_layer.weight, head)
 
+    # The training loop's model provider starts from rm.init_from on a fresh run...
+    cfg.rm.init_from = f"{tmp}/policy"
+    trunk = "decoder.layers.0.mlp.linear_fc1.weight"
+    assert torch.equal(rm_model_provider(cfg).state_dict()[trunk], policy_sd[trunk])
+    # ...but not when the run resumes its own checkpoint (which the loop then loads).
+    save_checkpoint(cfg.training.checkpoint.save, 1, build_reward_model(cfg))
+    assert not torch.equal(rm_model_provider(cfg).state_dict()[trunk], policy_sd[trunk])
+    cfg.rm.init_from = f"{tmp}/nowhere"
+    cfg.training.checkpoint.save = None
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        rm_model_provider(cfg)
+
 
 def test_rm_trunk_initialises_from_policy_checkpoint(tmp_path):
     run_processes(_policy_init, 1, args=(str(tmp_path),))
+
+
+def _resume(rank, world, tmp):
+    from vepo_mcore.rm.data import build_pairs
+    from vepo_mcore.rm.train import train_rm
+    from vepo_mcore.tokenizer import load_tokenizer
+
+    tok = load_tokenizer()
+    pairs = build_pairs("dev", ("lo", "fil"), range(6), ("accuracy", "format", "leakage"), tokenizer=tok)
+
+    def run(save, iters):
+        cfg = tiny_rm_cfg(len(tok), tmp)
+        cfg.training.train_iters, cfg.training.checkpoint.save = iters, f"{tmp}/{save}"
+        cfg.training.micro_batch_size, cfg.training.global_batch_size = 2, 4
+        return {h["step"]: h for h in train_rm(cfg, pairs, tok)}
+
+    straight = run("straight", 4)
+    first, resumed = run("split", 2), run("split", 4)
+    assert sorted(first) == [1, 2] and sorted(resumed) == [3, 4]  # the relaunch continued at step 3
+    for step in (3, 4):
+        for key in ("train/loss", "train/bce_loss", "train/grad_norm"):
+            assert resumed[step][key] == straight[step][key], (step, key)
+
+
+def test_train_rm_resumes_exactly(tmp_path):
+    run_processes(_resume, 1, args=(str(tmp_path),))
 
 
 def _tool(rank, world, tmp):
@@ -130,8 +170,9 @@ def _tool(rank, world, tmp):
 
     summary = main(
         [
-            "--train-lines", "2", "--test-lines", "1", "--langs", "th,en", "--categories", "fluency,leakage",
-            "--report-dir", f"{tmp}/report", "--model.num_layers", "1", "--model.hidden_size", "32",
+            "--rm.train_lines", "2", "--rm.test_lines", "1", "--rm.langs", "[th, en]",
+            "--rm.categories", "[fluency, leakage]", "--rm.report_dir", f"{tmp}/report",
+            "--model.num_layers", "1", "--model.hidden_size", "32",
             "--model.ffn_hidden_size", "64", "--model.num_attention_heads", "2", "--model.num_query_groups", "1",
             "--model.transformer_impl", "local", "--training.seq_length", "32", "--training.micro_batch_size", "2",
             "--training.global_batch_size", "4", "--training.train_iters", "2",
@@ -143,6 +184,9 @@ def _tool(rank, world, tmp):
     saved = json.loads(Path(f"{tmp}/report/eval.json").read_text())
     assert saved["pairs"] == summary["pairs"] == 4 and saved["train_pairs"] == 8
     assert (Path(tmp) / "ckpt" / "iter_0000002" / "config.yaml").is_file()
+    assert (Path(tmp) / "report" / "curves.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="rm.categories: unknown"):
+        main(["--rm.categories", "[grammar]", "--training.checkpoint.save", f"{tmp}/x"])
 
 
 def test_train_rm_tool_writes_tables_and_checkpoint(tmp_path):

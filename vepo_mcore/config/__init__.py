@@ -8,6 +8,7 @@ from vepo_mcore.config.model import FP8Config, ModelConfig
 from vepo_mcore.config.parallel import ParallelConfig
 from vepo_mcore.config.rewards import FilterConfig, RewardsConfig
 from vepo_mcore.config.rl import KLConfig, LossConfig, RLConfig, RolloutConfig, SamplingConfig
+from vepo_mcore.config.rm import RMConfig
 from vepo_mcore.config.tokenizer import TokenizerConfig
 from vepo_mcore.config.training import TrainingConfig
 
@@ -22,6 +23,7 @@ __all__ = [
     "ModelConfig",
     "ParallelConfig",
     "RLConfig",
+    "RMConfig",
     "RewardsConfig",
     "RolloutConfig",
     "SFTPhaseConfig",

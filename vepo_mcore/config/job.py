@@ -9,6 +9,7 @@ from vepo_mcore.config.eval import EvalConfig
 from vepo_mcore.config.model import ModelConfig
 from vepo_mcore.config.parallel import ParallelConfig
 from vepo_mcore.config.rl import RLConfig
+from vepo_mcore.config.rm import RMConfig
 from vepo_mcore.config.tokenizer import TokenizerConfig
 from vepo_mcore.config.training import TrainingConfig
 
@@ -31,6 +32,8 @@ class JobConfig:
     """RL (VEPO and baselines)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Evaluation."""
+    rm: RMConfig = field(default_factory=RMConfig)
+    """Reward-model training."""
 
     def validate(self, world_size: int | None = None) -> None:
         """Check every section; world-size-dependent checks run when world_size is given."""
@@ -40,6 +43,7 @@ class JobConfig:
         self.training.validate(dp)
         self.data.validate()
         self.rl.validate()
+        self.rm.validate()
         if self.model.num_layers % self.parallel.pipeline_model_parallel_size:
             raise ValueError(
                 f"model.num_layers ({self.model.num_layers}) must be divisible by "

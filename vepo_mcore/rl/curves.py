@@ -14,8 +14,11 @@ PANELS = (
 )
 
 
-def plot_curves(history: list[dict] | dict[str, list[dict]], path: str | Path, panels=PANELS) -> Path:
-    """history: one run's per-step rows, or {run name: rows} to overlay several runs. Returns the path."""
+def plot_curves(
+    history: list[dict] | dict[str, list[dict]], path: str | Path, panels=PANELS, xlabel: str = "RL step"
+) -> Path:
+    """history: one run's per-step rows, or {run name: rows} to overlay several runs; panels:
+    (metric key, title) pairs. Returns the path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,7 +34,7 @@ def plot_curves(history: list[dict] | dict[str, list[dict]], path: str | Path, p
             if points:
                 ax.plot(*zip(*points), label=name, linewidth=1.2)
         ax.set_title(title)
-        ax.set_xlabel("RL step")
+        ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")

@@ -2,7 +2,11 @@
 
     pairs = build_pairs("dev", tgt_langs=LANGS, lines=range(100), categories=CATEGORIES, seed=0)
     dataset = PairDataset(pairs, tokenizer, seq_length=256)    # item -> {tokens [2, s], last [2], labels [2, 10]}
-    batch = collate([dataset[i] for i in idx])                 # better rows first, then worse rows
+    weights = positive_weights(pairs, cap=50.0)                # [10] negatives / positives per category
+
+A PairDataset is a map-style dataset in a seeded shuffled order, so the shared training loop
+(training/loop.py pretrain with its position-based sampler) trains, checkpoints and resumes it
+exactly like CPT data; a micro-batch stacks items into [B, 2, s] (rm/loss.py flattens it).
 
 The RM reads ChatML prompt + response + <|im_end|>, the text the policy produced, and is scored at
 that last real token. Sequences longer than seq_length lose their oldest tokens (the response
@@ -46,8 +50,13 @@ def build_pairs(
     categories: Sequence[str] = CATEGORIES,
     seed: int = 0,
     tokenizer=None,
+    other_language: float = 0.5,
 ) -> list[Pair]:
-    """One pair per (line, target language, category); the source language is drawn per (line, target)."""
+    """One pair per (line, target language, category); the source language is drawn per (line, target).
+
+    With probability `other_language` a (line, target)'s off-target corruption is the same FLORES
+    line in a third language (neither source nor target); otherwise it copies the source.
+    """
     from vepo_mcore.tokenizer import load_tokenizer
 
     tokenizer = tokenizer or load_tokenizer()
@@ -57,12 +66,22 @@ def build_pairs(
     for i in lines:
         for tgt in tgt_langs:
             src = rng.choice([lang for lang in LANGS if lang != tgt])
+            third = rng.choice([lang for lang in LANGS if lang not in (src, tgt)])
+            other = (third, flores[third][i]) if rng.random() < other_language else None
             source, reference = flores[src][i], flores[tgt][i]
             prompt = format_prompt(Direction(src, tgt), source, tokenizer)
             for category in categories:
-                c = corrupt(source, reference, src, tgt, category, seed=seed * 100_003 + i)
+                c = corrupt(source, reference, src, tgt, category, seed=seed * 100_003 + i, other=other)
                 pairs.append(Pair(prompt, reference, c.text, c.categories, category, src, tgt, source))
     return pairs
+
+
+def positive_weights(pairs: Sequence[Pair], cap: float = 50.0) -> torch.Tensor:
+    """[10] per category: negatives / positives over the pairs' 2N sequences (references are all
+    negative), capped at `cap`; 1 for a category with no positive."""
+    positives = torch.tensor([label_vector(p.worse_categories) for p in pairs]).sum(0)
+    negatives = 2 * len(pairs) - positives
+    return torch.where(positives > 0, negatives / positives.clamp(min=1), torch.ones(())).clamp(max=cap)
 
 
 def encode(tokenizer, prompt: str, response: str, seq_length: int) -> list[int]:
@@ -81,45 +100,22 @@ def pad(rows: list[list[int]], pad_id: int, length: int | None = None) -> tuple[
 
 
 class PairDataset:
-    """Map-style dataset of encoded pairs: item -> tokens [2, s], last [2], labels [2, 10] (row 0 better)."""
+    """Map-style dataset of encoded pairs in a seeded shuffled order: item -> tokens [2, s] (row 0
+    better, row 1 worse, right-padded to s with eod), last [2], labels [2, 10]."""
 
-    def __init__(self, pairs: Sequence[Pair], tokenizer, seq_length: int):
+    rows_per_sample = 2
+
+    def __init__(self, pairs: Sequence[Pair], tokenizer, seq_length: int, seed: int = 0):
         self.pairs, self.tokenizer, self.seq_length = pairs, tokenizer, seq_length
+        self.order = list(range(len(pairs)))
+        random.Random(seed).shuffle(self.order)
 
     def __len__(self) -> int:
         return len(self.pairs)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        p = self.pairs[index % len(self.pairs)]
+        p = self.pairs[self.order[index % len(self.pairs)]]
         rows = [encode(self.tokenizer, p.prompt, text, self.seq_length) for text in (p.better, p.worse)]
         tokens, last = pad(rows, self.tokenizer.eod_id, self.seq_length)
         labels = torch.tensor([[0.0] * len(CATEGORIES), label_vector(p.worse_categories)])
         return {"tokens": tokens, "last": last, "labels": labels}
-
-
-def collate(items: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """B pair items -> tokens [2B, s], last [2B], labels [2B, 10]: rows 0..B-1 better, B..2B-1 worse."""
-    return {
-        key: torch.cat([it[key][0:1] for it in items] + [it[key][1:2] for it in items]) for key in items[0]
-    }
-
-
-def micro_batches(
-    dataset: PairDataset, pairs_per_micro: int, dp_rank: int = 0, dp_size: int = 1, seed: int = 0
-):
-    """Endless iterator of collated micro-batches; DP rank r reads every dp_size-th micro-batch of a
-    seeded shuffle (epoch by epoch), so ranks see disjoint pairs."""
-    if len(dataset) < pairs_per_micro * dp_size:
-        raise ValueError(
-            f"{len(dataset)} pairs cannot fill one micro-batch of {pairs_per_micro} pairs on each of "
-            f"{dp_size} data-parallel ranks (training.micro_batch_size counts pairs)"
-        )
-    epoch = 0
-    while True:
-        order = list(range(len(dataset)))
-        random.Random(seed + epoch).shuffle(order)
-        step = pairs_per_micro * dp_size
-        for start in range(0, len(order) - step + 1, step):
-            mine = order[start + dp_rank * pairs_per_micro : start + (dp_rank + 1) * pairs_per_micro]
-            yield collate([dataset[i] for i in mine])
-        epoch += 1

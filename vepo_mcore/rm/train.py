@@ -1,22 +1,35 @@
-"""Train the reward model with the shared training step (training/loop.py train_step).
+"""Train the reward model on the shared training loop (training/loop.py pretrain).
 
-    history, model = train_rm(cfg, train_pairs, tokenizer, init_from="ckpt/policy")
+    history = train_rm(cfg, train_pairs, tokenizer, valid_pairs=test_pairs, tokenizer_dir=tok_dir)
 
-Batch sizes count pairs: training.micro_batch_size pairs (2x sequences) per micro-batch and
-training.global_batch_size pairs per optimizer step; training.seq_length caps each sequence.
-Checkpoints go to training.checkpoint.save (with config.yaml and the tokenizer, which
-rm.model.load_reward_model reads back).
+The loop is the CPT/SFT one: megatron's schedule at any TP/PP/DP, atomic checkpoints every
+training.checkpoint.save_interval, exact resume from training.checkpoint.save (the data position
+is part of the checkpoint), tokens/s and ETA logs, validation on `valid_pairs` every
+training.eval_interval. Only the model (rm.model: GPTModel + an 11-wide head, its trunk from
+rm.init_from on a fresh start), the data (rm.data.PairDataset) and the loss (rm.loss) differ.
+Batch sizes count pairs. The checkpoint carries config.yaml and the tokenizer, which
+rm.model.load_reward_model reads back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
-import torch.distributed as dist
+from collections.abc import Sequence
 
 from vepo_mcore.config.job import JobConfig
-from vepo_mcore.rm.data import Pair, PairDataset, micro_batches
+from vepo_mcore.rm.data import Pair, PairDataset, positive_weights
 from vepo_mcore.rm.loss import make_forward_step
+
+
+def rm_model_provider(cfg: JobConfig):
+    """This rank's RM stage; its trunk comes from rm.init_from unless the run resumes its own checkpoint."""
+    from vepo_mcore.rm.model import build_reward_model, load_policy_weights
+    from vepo_mcore.training.checkpointing import resolve_checkpoint
+
+    model = build_reward_model(cfg)
+    save = cfg.training.checkpoint.save
+    if cfg.rm.init_from and not (save and resolve_checkpoint(save) is not None):
+        load_policy_weights(model, cfg.rm.init_from)
+    return model
 
 
 def train_rm(
@@ -24,53 +37,27 @@ def train_rm(
     pairs: Sequence[Pair],
     tokenizer,
     *,
-    bce_weight: float = 1.0,
-    init_from: str | None = None,
+    valid_pairs: Sequence[Pair] | None = None,
     tokenizer_dir: str | None = None,
-    on_step: Callable[[int, dict[str, float]], None] | None = None,
-):
-    """Collective: build (and optionally initialise from a policy checkpoint) the RM, train
-    training.train_iters steps on `pairs`, save if training.checkpoint.save is set.
+) -> list[dict[str, float]]:
+    """Collective: train (or resume) the RM to training.train_iters on `pairs`; per-step metrics.
 
-    Returns (per-step metrics, the DDP-wrapped model).
+    Category positives are weighted negatives / positives (rm.balance_categories) as counted in
+    `pairs`, so a resumed run weights them exactly as the first did.
     """
-    from megatron.core import parallel_state as ps
+    from vepo_mcore.training.loop import pretrain
 
-    from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rm.model import build_reward_model, load_policy_weights
-    from vepo_mcore.training.checkpointing import save_checkpoint
-    from vepo_mcore.training.loop import num_microbatches, train_step
-    from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, wrap_model
-
-    t = cfg.training
     if not pairs:
         raise ValueError("train_rm: no training pairs")
-    init_model_parallel(cfg.parallel, seed=t.seed)
-    cfg.validate(dist.get_world_size())
-    dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
-    n_micro = num_microbatches(cfg, dp_size)
-
-    model = build_reward_model(cfg)
-    if init_from:
-        load_policy_weights(model, init_from)
-    model = wrap_model(model, cfg)
-    optimizer = build_optimizer(model, cfg)  # after loading: fp32 master copies start from the policy
-    scheduler = build_scheduler(optimizer, cfg)
-    data = micro_batches(
-        PairDataset(pairs, tokenizer, t.seq_length), t.micro_batch_size, dp_rank, dp_size, t.seed
+    t = cfg.training
+    weights = positive_weights(pairs, cfg.rm.max_pos_weight) if cfg.rm.balance_categories else None
+    train = PairDataset(pairs, tokenizer, t.seq_length, seed=t.seed)
+    valid = PairDataset(valid_pairs, tokenizer, t.seq_length, seed=t.seed) if valid_pairs else None
+    return pretrain(
+        cfg,
+        train,
+        valid,
+        forward_step_func=make_forward_step(cfg.rm.bce_weight, weights),
+        tokenizer_dir=tokenizer_dir,
+        model_provider=rm_model_provider,
     )
-    forward_step = make_forward_step(bce_weight)
-    history = []
-    for step in range(1, t.train_iters + 1):
-        # Each micro-batch holds 2 * micro_batch_size sequences (better rows, then worse rows).
-        metrics = train_step(
-            forward_step, data, model, optimizer, scheduler, n_micro, t.seq_length, 2 * t.micro_batch_size
-        )
-        history.append({"step": step, **metrics})
-        if on_step is not None:
-            on_step(step, metrics)
-    if t.checkpoint.save:
-        save_checkpoint(
-            t.checkpoint.save, t.train_iters, model, None, None, config=cfg, tokenizer_dir=tokenizer_dir
-        )
-    return history, model

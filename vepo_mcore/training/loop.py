@@ -87,7 +87,12 @@ def reduce_reports(reports: list[dict[str, torch.Tensor]]) -> dict[str, float]:
 
 
 def evaluate(
-    forward_step_func: Callable, data_iterator: Iterator[dict], model, num_microbatches: int, cfg: JobConfig
+    forward_step_func: Callable,
+    data_iterator: Iterator[dict],
+    model,
+    num_microbatches: int,
+    cfg: JobConfig,
+    rows_per_sample: int = 1,
 ) -> dict[str, float]:
     """Forward-only pass over `num_microbatches` micro-batches; token-averaged metrics."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -100,7 +105,7 @@ def evaluate(
             model=[model],
             num_microbatches=num_microbatches,
             seq_length=cfg.training.seq_length,
-            micro_batch_size=cfg.training.micro_batch_size,
+            micro_batch_size=cfg.training.micro_batch_size * rows_per_sample,
             forward_only=True,
         )
     model.train()
@@ -119,11 +124,14 @@ def pretrain(
     valid_dataset: Sequence[dict] | None = None,
     forward_step_func: Callable = lm_forward_step,
     tokenizer_dir: str | None = None,
+    model_provider: Callable[[JobConfig], torch.nn.Module] | None = None,
 ) -> list[dict[str, float]]:
     """Build the model, resume if a checkpoint exists, train to training.train_iters, checkpoint.
 
-    Datasets default to the ones the config describes (data.mode cpt/sft). Returns the per-step
-    metrics of the steps run in this call (on every rank).
+    Datasets default to the ones the config describes (data.mode cpt/sft). `model_provider(cfg)`
+    builds (and may initialise) this rank's stage, default models.builder.build_model; the reward
+    model passes its own. A dataset whose items hold several sequences (the RM's pairs) says so in
+    `rows_per_sample`. Returns the per-step metrics of the steps run in this call (on every rank).
     """
     from megatron.core import parallel_state as ps
 
@@ -156,7 +164,7 @@ def pretrain(
     dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
     n_micro = num_microbatches(cfg, dp_size)
 
-    model = wrap_model(build_model(cfg), cfg)
+    model = wrap_model((model_provider or build_model)(cfg), cfg)
     optimizer = build_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, cfg)
     iteration, consumed = 0, 0
@@ -173,11 +181,19 @@ def pretrain(
     logger = MetricsLogger(cfg, iteration, is_writer=dist.get_rank() == 0, world_size=dist.get_world_size())
     logger.message(describe_run(cfg, train_dataset, dp_size, n_micro, iteration))
     data = micro_batches(train_dataset, consumed, t.micro_batch_size, dp_rank, dp_size)
-    tokens_per_step = t.global_batch_size * t.seq_length
+    rows = getattr(train_dataset, "rows_per_sample", 1)  # sequences per sample: megatron's p2p shapes
+    tokens_per_step = t.global_batch_size * rows * t.seq_length
     history, last_saved, last_logged = [], iteration, iteration
     while iteration < t.train_iters:
         metrics = train_step(
-            forward_step_func, data, model, optimizer, scheduler, n_micro, t.seq_length, t.micro_batch_size
+            forward_step_func,
+            data,
+            model,
+            optimizer,
+            scheduler,
+            n_micro,
+            t.seq_length,
+            rows * t.micro_batch_size,
         )
         iteration, consumed = iteration + 1, consumed + t.global_batch_size
         row = {f"train/{k}": v for k, v in metrics.items()}
@@ -189,7 +205,7 @@ def pretrain(
             logger.log(iteration, row, tokens=tokens_per_step * steps, steps=steps)
         if t.eval_interval and valid_dataset is not None and iteration % t.eval_interval == 0:
             valid = micro_batches(valid_dataset, 0, t.micro_batch_size, dp_rank, dp_size)
-            result = evaluate(forward_step_func, valid, model, t.eval_iters * n_micro, cfg)
+            result = evaluate(forward_step_func, valid, model, t.eval_iters * n_micro, cfg, rows)
             logger.log(iteration, {f"valid/{k}": v for k, v in result.items()}, tokens=None)
             logger.reset_clock()
         if ckpt.save and ckpt.save_interval and iteration % ckpt.save_interval == 0:

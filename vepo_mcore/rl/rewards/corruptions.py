@@ -222,14 +222,31 @@ def _rng(seed: int, category: str, reference: str) -> random.Random:
 
 
 def corrupt(
-    source: str, reference: str, src_lang: str, tgt_lang: str, category: str, seed: int = 0
+    source: str,
+    reference: str,
+    src_lang: str,
+    tgt_lang: str,
+    category: str,
+    seed: int = 0,
+    other: tuple[str, str] | None = None,
 ) -> Corruption:
-    """One corrupted translation of `reference` exhibiting `category` (deterministic for the seed)."""
+    """One corrupted translation of `reference` exhibiting `category` (deterministic for the seed).
+
+    `other` = (language, the same sentence in that language), e.g. another FLORES line: given, the
+    off-target corruption is that line (right meaning, wrong language) instead of a source copy.
+    """
     if category not in _GENERATORS:
         raise ValueError(f"unknown corruption category {category!r}; known: {', '.join(CATEGORIES)}")
     language(src_lang), language(tgt_lang)  # unknown codes raise naming the known ones
     if not reference.strip():
         raise ValueError("corrupt: the reference translation is empty")
+    if category == "off-target" and other is not None:
+        lang, text = other
+        if lang == tgt_lang:
+            raise ValueError(f"corrupt: the off-target line must not be in the target language {tgt_lang}")
+        language(lang)
+        if text.strip() and text.strip() != reference.strip():
+            return Corruption(text, ("off-target",), f"other-language:{lang}")
     rng = _rng(seed, category, reference)
     for _ in range(8):  # a variant may not apply (e.g. nothing to strip); try another draw
         text, categories, kind = _GENERATORS[category](rng, source, reference, src_lang, tgt_lang)
