@@ -94,6 +94,30 @@ def load_reward_model(checkpoint: str | Path, cfg: JobConfig | None = None):
     return model, cfg, tokenizer
 
 
+def _micro_batches(
+    rows: list[list[int]], pad_id: int, batch_size: int, same_shape: bool, multiple: int
+) -> list[dict[str, torch.Tensor]]:
+    """Token rows -> micro-batches {"tokens" [b, s], "last" [b]} of `batch_size` rows.
+
+    With `same_shape` (pipeline parallel: the stages exchange [s, b, hidden] activations of one
+    fixed shape) every micro-batch has `batch_size` rows, the last one filled with copies of a
+    padding row, and every row is right-padded to the longest row overall; otherwise each
+    micro-batch is padded to its own longest row, as a single forward call would be. Widths are
+    rounded up to `multiple` (sequence parallelism splits the sequence over the TP ranks). Right
+    padding does not change the outputs at the real tokens (causal attention).
+    """
+    width = max(len(r) for r in rows) if same_shape else None
+    out = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        if same_shape:
+            chunk = chunk + [[pad_id]] * (batch_size - len(chunk))
+        length = width or max(len(r) for r in chunk)
+        tokens, last = pad(chunk, pad_id, -(-length // multiple) * multiple)
+        out.append({"tokens": tokens, "last": last})
+    return out
+
+
 @torch.no_grad()
 def score_texts(
     model,
@@ -105,28 +129,48 @@ def score_texts(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(scores [N], category probabilities [N, 10]) of prompt + response + <|im_end|>, on CPU.
 
-    Every rank of the model's TP group must call this with the same texts (the TP layers
-    communicate); the outputs are replicated across the group. Needs PP=1.
+    Collective over the model-parallel group: every rank of the model's TP and PP groups must
+    call this with the same texts. The texts run through megatron's forward-only schedule in
+    micro-batches of `batch_size` rows (any TP/PP); the outputs, read at each row's last real
+    token on the last pipeline stage, come back identical on every rank of those groups.
     """
     from megatron.core import parallel_state as ps
 
     from vepo_mcore.parallel.device import device
+    from vepo_mcore.rl.experience import _broadcast_from_last_stage, _schedule
 
-    if ps.model_parallel_is_initialized() and ps.get_pipeline_model_parallel_world_size() > 1:
-        raise ValueError("score_texts runs the RM in one forward call: use pipeline_model_parallel_size=1")
     if len(prompts) != len(responses):
         raise ValueError(f"score_texts: {len(prompts)} prompts but {len(responses)} responses")
-    scores, probs = [], []
-    for start in range(0, len(prompts), batch_size):
-        rows = [
-            encode(tokenizer, p, r, seq_length)
-            for p, r in zip(prompts[start : start + batch_size], responses[start : start + batch_size])
-        ]
-        tokens, last = pad(rows, tokenizer.eod_id)
-        tokens = tokens.to(device())
-        at = gather_last(model(tokens, positions(tokens), None), last).float().cpu()
-        scores.append(at[:, 0])
-        probs.append(torch.sigmoid(at[:, 1:]))
-    if not scores:
+    if batch_size < 1:
+        raise ValueError(f"score_texts: batch_size must be >= 1, got {batch_size}")
+    if not prompts:
         return torch.zeros(0), torch.zeros(0, NUM_OUTPUTS - 1)
-    return torch.cat(scores), torch.cat(probs)
+    rows = [encode(tokenizer, p, r, seq_length) for p, r in zip(prompts, responses)]
+    pipelined = ps.get_pipeline_model_parallel_world_size() > 1
+    sequence_parallel = getattr(model.config, "sequence_parallel", False)
+    multiple = ps.get_tensor_model_parallel_world_size() if sequence_parallel else 1
+    micro = _micro_batches(rows, tokenizer.eod_id, batch_size, pipelined, multiple)
+    outputs: list[torch.Tensor] = []
+
+    def forward_step(data_iterator, module):
+        mb = {k: v.to(device()) for k, v in next(data_iterator).items()}
+        out = module(mb["tokens"], positions(mb["tokens"]), None)
+
+        def stash(output):
+            outputs.append(gather_last(output, mb["last"]).float())
+            return output.new_zeros(()), torch.ones((), dtype=torch.int), {}
+
+        return out, stash
+
+    was_training = model.training
+    model.eval()
+    _schedule(model, micro, forward_step, forward_only=True)
+    model.train(was_training)
+    n_rows = sum(mb["tokens"].shape[0] for mb in micro)
+    if ps.is_pipeline_last_stage(ignore_virtual=True):
+        at = torch.cat(outputs)
+    else:
+        at = torch.empty(n_rows, NUM_OUTPUTS, device=device())
+    _broadcast_from_last_stage([at])  # on the compute device: NCCL broadcasts device tensors only
+    at = at[: len(rows)].cpu()  # drops the padding rows of the last micro-batch
+    return at[:, 0].contiguous(), torch.sigmoid(at[:, 1:])
