@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
 
 from vepo_mcore.data.corpus import build_flores_cpt_corpus  # noqa: E402

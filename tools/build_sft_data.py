@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vepo_mcore.data.sft_build import build_flores_sft_set  # noqa: E402
 

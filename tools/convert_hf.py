@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DTYPES = ("bfloat16", "float32", "float16")
 

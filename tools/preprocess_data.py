@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # megatron.core warns at import that the GPU-only fused kernels are absent; irrelevant for tokenising.
 warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
 

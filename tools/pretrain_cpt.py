@@ -9,26 +9,15 @@ Every field of the config tree can be overridden with a dotted flag (--training.
 Resumes from training.checkpoint.save when it holds a checkpoint.
 """
 
-import argparse
-import sys
 import warnings
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
 
-from vepo_mcore.config import JobConfig, load_config  # noqa: E402
+from vepo_mcore.config.job import JobConfig, job_from_cli  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", required=True, help="YAML config (see examples/configs/)")
-    parser.add_argument("--dry-run", action="store_true", help="parse and validate the config, then exit")
-    parser.add_argument("--world-size", type=int, default=None, help="--dry-run: also check this many ranks")
-    args, overrides = parser.parse_known_args(argv)
-    cfg = load_config(JobConfig, args.config, overrides)
+    args, cfg = job_from_cli(argv, __doc__)
     if args.dry_run:
         cfg.validate(args.world_size)
         print(dry_run_summary(cfg, args.world_size))

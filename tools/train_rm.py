@@ -14,15 +14,9 @@ rl.rewards.mt = 'rm' through rl.rewards.rm_checkpoint.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 CURVES = (
     ("train/loss", "loss (train)"),
@@ -35,8 +29,7 @@ CURVES = (
 def main(argv: list[str] | None = None) -> dict:
     import torch.distributed as dist
 
-    from vepo_mcore.config import JobConfig
-    from vepo_mcore.config.base import load_config
+    from vepo_mcore.config.job import job_from_cli
     from vepo_mcore.languages import LANGS, default_tokenizer_dir
     from vepo_mcore.parallel import init_distributed
     from vepo_mcore.rl.curves import plot_curves
@@ -47,12 +40,11 @@ def main(argv: list[str] | None = None) -> dict:
     from vepo_mcore.rm.train import train_rm
     from vepo_mcore.tokenizer import load_tokenizer
 
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", help="JobConfig YAML (model, parallel, training, rm sections)")
-    args, overrides = parser.parse_known_args(argv)
-    cfg = load_config(JobConfig, args.config, overrides)
+    args, cfg = job_from_cli(argv, __doc__)
+    if args.dry_run:
+        cfg.validate(args.world_size)
+        print(f"config OK: {args.config}")
+        return {}
     r, t = cfg.rm, cfg.training
     if not t.checkpoint.save:
         raise ValueError("training.checkpoint.save must be set: the RM is evaluated and served from it")

@@ -7,21 +7,14 @@
 Every field of the config tree can be overridden with a dotted flag.
 """
 
-import argparse
 import sys
 
-from vepo_mcore.config import JobConfig, load_config, to_dict
+from vepo_mcore.config import to_dict
+from vepo_mcore.config.job import job_from_cli
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--config", required=True, help="YAML config (see examples/configs/)")
-    parser.add_argument("--dry-run", action="store_true", help="parse and validate the config, then exit")
-    parser.add_argument("--world-size", type=int, default=None, help="--dry-run: also check this many ranks")
-    args, overrides = parser.parse_known_args(argv)
-    cfg = load_config(JobConfig, args.config, overrides)
+    args, cfg = job_from_cli(argv, __doc__)
     if args.dry_run:
         import yaml
 

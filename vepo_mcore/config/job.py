@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 
 from vepo_mcore.config.data import DataConfig
@@ -49,3 +50,18 @@ class JobConfig:
                 f"model.num_layers ({self.model.num_layers}) must be divisible by "
                 f"parallel.pipeline_model_parallel_size ({self.parallel.pipeline_model_parallel_size})"
             )
+
+
+def job_from_cli(argv: list[str] | None, description: str) -> tuple[argparse.Namespace, JobConfig]:
+    """The entry scripts' command line: --config YAML [--dry-run [--world-size N]] and dotted
+    overrides of any field (--training.train_iters 100). Returns (flags, the loaded JobConfig)."""
+    from vepo_mcore.config.base import load_config
+
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", help="YAML config (see examples/configs/)")
+    parser.add_argument("--dry-run", action="store_true", help="parse and validate the config, then exit")
+    parser.add_argument("--world-size", type=int, default=None, help="--dry-run: also check this many ranks")
+    args, overrides = parser.parse_known_args(argv)
+    return args, load_config(JobConfig, args.config, overrides)

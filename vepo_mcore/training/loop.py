@@ -263,10 +263,11 @@ def default_datasets(cfg: JobConfig) -> tuple[Sequence[dict], Sequence[dict] | N
 def describe_run(cfg: JobConfig, train_dataset, dp_size: int, n_micro: int, start: int) -> str:
     """One log line: layout, batch shape, tokens per step, start iteration (and the CPT language share)."""
     t, p = cfg.training, cfg.parallel
+    rows = getattr(train_dataset, "rows_per_sample", 1)
     line = (
         f"TP={p.tensor_model_parallel_size} PP={p.pipeline_model_parallel_size} DP={dp_size} | "
         f"global batch {t.global_batch_size} = micro {t.micro_batch_size} x DP {dp_size} x {n_micro} accumulation | "
-        f"{t.global_batch_size * t.seq_length:,} tokens/step | steps {start} -> {t.train_iters}"
+        f"{t.global_batch_size * rows * t.seq_length:,} tokens/step | steps {start} -> {t.train_iters}"
     )
     if cfg.data.mode == "sft" and cfg.data.sft_packing and use_transformer_engine(cfg):
         # TE's causal attention ignores a dense mask; packed conversations would see each other.
