@@ -64,7 +64,9 @@ def split_micro_batches(exp: dict[str, Any], micro_batch_size: int) -> list[dict
     ]
 
 
-def _schedule(model, micro_batches: list[dict], forward_step: Callable, forward_only: bool):
+def forward_backward(model, micro_batches: list[dict], forward_step: Callable, forward_only: bool):
+    """Megatron's schedule (any PP) over a list of micro-batches; the shapes for the pipeline's
+    activations come from the first one (at PP > 1 they must all have its shape)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     return get_forward_backward_func()(
@@ -78,7 +80,8 @@ def _schedule(model, micro_batches: list[dict], forward_step: Callable, forward_
     )
 
 
-def _broadcast_from_last_stage(tensors: list[torch.Tensor]) -> None:
+def broadcast_from_last_stage(tensors: list[torch.Tensor]) -> None:
+    """In place: every pipeline stage gets the last stage's tensors (which the others pre-allocate)."""
     from megatron.core import parallel_state as ps
 
     if ps.get_pipeline_model_parallel_world_size() == 1:
@@ -116,7 +119,7 @@ def policy_logprobs(
 
     was_training = model.training
     model.eval()
-    _schedule(model, micro, forward_step, forward_only=True)
+    forward_backward(model, micro, forward_step, forward_only=True)
     model.train(was_training)
     shape = exp["labels"].shape
     if ps.is_pipeline_last_stage(ignore_virtual=True):
@@ -124,7 +127,7 @@ def policy_logprobs(
         entropy = torch.cat([o[1] for o in outputs]).float()
     else:
         logp, entropy = torch.empty(shape), torch.empty(shape)
-    _broadcast_from_last_stage([logp, entropy])
+    broadcast_from_last_stage([logp, entropy])
     return logp * exp["loss_mask"], entropy * exp["loss_mask"]
 
 
@@ -147,14 +150,14 @@ def critic_values(critic, exp: dict[str, Any], micro_batch_size: int) -> torch.T
         return values, stash
 
     critic.eval()
-    _schedule(critic, micro, forward_step, forward_only=True)
+    forward_backward(critic, micro, forward_step, forward_only=True)
     critic.train()
     values = (
         torch.cat(outputs)
         if ps.is_pipeline_last_stage(ignore_virtual=True)
         else torch.empty(exp["loss_mask"].shape)
     )
-    _broadcast_from_last_stage([values])
+    broadcast_from_last_stage([values])
     return values * exp["loss_mask"]
 
 

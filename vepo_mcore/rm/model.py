@@ -137,7 +137,7 @@ def score_texts(
     from megatron.core import parallel_state as ps
 
     from vepo_mcore.parallel.device import device
-    from vepo_mcore.rl.experience import _broadcast_from_last_stage, _schedule
+    from vepo_mcore.rl.experience import broadcast_from_last_stage, forward_backward
 
     if len(prompts) != len(responses):
         raise ValueError(f"score_texts: {len(prompts)} prompts but {len(responses)} responses")
@@ -164,13 +164,13 @@ def score_texts(
 
     was_training = model.training
     model.eval()
-    _schedule(model, micro, forward_step, forward_only=True)
+    forward_backward(model, micro, forward_step, forward_only=True)
     model.train(was_training)
     n_rows = sum(mb["tokens"].shape[0] for mb in micro)
     if ps.is_pipeline_last_stage(ignore_virtual=True):
         at = torch.cat(outputs)
     else:
         at = torch.empty(n_rows, NUM_OUTPUTS, device=device())
-    _broadcast_from_last_stage([at])  # on the compute device: NCCL broadcasts device tensors only
+    broadcast_from_last_stage([at])  # on the compute device: NCCL broadcasts device tensors only
     at = at[: len(rows)].cpu()  # drops the padding rows of the last micro-batch
     return at[:, 0].contiguous(), torch.sigmoid(at[:, 1:])
