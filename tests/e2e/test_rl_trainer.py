@@ -99,3 +99,44 @@ def test_7b_recipe_validates_on_cpu():
         cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode != 0 and "rl.prompts_per_step" in bad.stderr
+
+
+def _save_tiny_rm(rank, world, path):
+    from vepo_mcore.config import JobConfig
+    from vepo_mcore.languages import default_tokenizer_dir
+    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.rm.model import build_reward_model
+    from vepo_mcore.training.checkpointing import save_checkpoint
+
+    cfg = load_config(
+        JobConfig, ROOT / "examples" / "configs" / "rm_tiny.yaml", ["--training.seq_length", "64"]
+    )
+    init_model_parallel(cfg.parallel, seed=5)
+    save_checkpoint(path, 1, build_reward_model(cfg), config=cfg, tokenizer_dir=default_tokenizer_dir())
+
+
+def test_reward_model_serves_as_r_mt_in_the_trainer(tmp_path):
+    """rl.rewards.mt = rm: the same rollouts (same seeds) get the RM's scores as R_mt instead of
+    chrF++, and every other term is unchanged."""
+    from vepo_mcore.rl.rewards import rm as rm_term
+
+    run_processes(_save_tiny_rm, 1, args=(str(tmp_path / "rm"),))
+    rm_term.clear_cache()
+    chrf, rm = _run(
+        [
+            _cfg(tmp_path / "chrf", 1),
+            _cfg(
+                tmp_path / "with_rm",
+                1,
+                "--rl.rewards.mt",
+                "rm",
+                "--rl.rewards.rm_checkpoint",
+                str(tmp_path / "rm"),
+            ),
+        ],
+        tmp_path,
+    )
+    for term in ("reward/lid", "reward/length", "reward/mixing", "reward/format"):
+        assert rm[0][term] == chrf[0][term], term
+    assert rm[0]["reward/mt"] != chrf[0]["reward/mt"] and math.isfinite(rm[0]["reward/mt"])
+    assert math.isfinite(rm[0]["train/loss"])

@@ -126,7 +126,8 @@ def policy_logprobs(
         logp = torch.cat([o[0] for o in outputs]).float()
         entropy = torch.cat([o[1] for o in outputs]).float()
     else:
-        logp, entropy = torch.empty(shape), torch.empty(shape)
+        # Allocated where the batch lives: NCCL broadcasts device tensors only.
+        logp, entropy = (torch.empty(shape, device=exp["loss_mask"].device) for _ in range(2))
     broadcast_from_last_stage([logp, entropy])
     return logp * exp["loss_mask"], entropy * exp["loss_mask"]
 
@@ -155,7 +156,7 @@ def critic_values(critic, exp: dict[str, Any], micro_batch_size: int) -> torch.T
     values = (
         torch.cat(outputs)
         if ps.is_pipeline_last_stage(ignore_virtual=True)
-        else torch.empty(exp["loss_mask"].shape)
+        else torch.empty(exp["loss_mask"].shape, device=exp["loss_mask"].device)
     )
     broadcast_from_last_stage([values])
     return values * exp["loss_mask"]

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from vepo_mcore.config.job import JobConfig
+from vepo_mcore.parallel.device import device
 from vepo_mcore.rl import experience as xp
 from vepo_mcore.rl.filtering import dynamic_sampling, filter_candidates
 from vepo_mcore.rl.losses.loss_func import rl_forward_step
@@ -154,7 +155,9 @@ class RLTrainer:
         from vepo_mcore.rl.losses.registry import compute_advantages
 
         cfg, loss = self.cfg, self.cfg.rl.loss
-        exp = xp.make_experience(samples, self.tokenizer.pad_id)
+        # On the compute device from here on: the forward passes, NCCL's all-reduce of the
+        # advantage statistics and the pipeline broadcasts all need device tensors.
+        exp = {k: v.to(device()) for k, v in xp.make_experience(samples, self.tokenizer.pad_id).items()}
         exp["max_response_length"] = cfg.rl.rollout.sampling.max_new_tokens
         mbs = cfg.training.micro_batch_size
         tau = loss.temperature if loss.ratio_mode == "tempered" else 1.0  # as rl_loss_func computes logp
