@@ -82,10 +82,15 @@ def load_reward_model(checkpoint: str | Path, cfg: JobConfig | None = None):
         cfg = load_config(JobConfig, config_file)
     if not (dist.is_initialized() and ps.model_parallel_is_initialized()):
         cfg.parallel.tensor_model_parallel_size = cfg.parallel.pipeline_model_parallel_size = 1
+        cfg.parallel.sequence_parallel = False
         init_model_parallel(cfg.parallel, seed=cfg.training.seed)
     else:
         cfg.parallel.tensor_model_parallel_size = ps.get_tensor_model_parallel_world_size()
         cfg.parallel.pipeline_model_parallel_size = ps.get_pipeline_model_parallel_world_size()
+    # Sequence parallelism splits activations over TP ranks: only meaningful in the TP it runs in.
+    cfg.parallel.sequence_parallel = (
+        cfg.parallel.sequence_parallel and cfg.parallel.tensor_model_parallel_size > 1
+    )
     model = build_reward_model(cfg)
     load_checkpoint(path, model, finetune=True)
     model.eval()
