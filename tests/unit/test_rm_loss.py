@@ -129,8 +129,17 @@ def test_summary_and_detection_by_hand():
     assert result.detection["fluency"] == pytest.approx((0.5, 0.5, 0.5, 2))
     assert result.detection["intent"] == pytest.approx((1.0, 1.0, 1.0, 1))
     assert result.detection["leakage"] == (0.0, 0.0, 0.0, 0)
+    # Fluency probabilities over the 6 sequences (better rows, then worse): 0, 0, .8, .9, 0, 0, with
+    # positives at rows 3 and 4. Ranked: row 3 (hit, 1/1), row 2, then the zeros in input order
+    # 0, 1, 4 (hit at rank 5: 2/5), 5 -> AP = (1 + 2/5) / 2.
+    assert result.average_precision["fluency"] == pytest.approx((1 + 2 / 5) / 2)
+    assert result.average_precision["leakage"] == 0.0
     table = markdown_report(result)
-    assert all(f"| {c} |" in table for c in CATEGORIES) and "| fluency | 0.500 | 2 |" in table
+    assert (
+        all(f"| {c} |" in table for c in CATEGORIES)
+        and "| fluency | 0.500 | 2 |" in table
+        and "| 0.700 | 0.333 |" in table
+    )
     assert detection_f1(torch.zeros(2, 10).bool(), torch.ones(2, 10).bool())["fluency"] == (0.0, 0.0, 0.0, 2)
 
 

@@ -7,6 +7,8 @@ category and per target language, and per-category error-detection precision / r
 Pairwise accuracy: share of pairs whose reference scores strictly above its corruption.
 Detection: a sequence is flagged for a category when sigmoid(logit) > 0.5; positives are the
 corruptions carrying the category, negatives every other scored sequence (clean references too).
+Average precision ranks the same sequences by probability (threshold-free); a head that learnt
+nothing scores the positive rate.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class RMEvaluation:
     """target language -> (pairwise accuracy, pairs)."""
     detection: dict[str, tuple[float, float, float, int]] = field(default_factory=dict)
     """category -> (precision, recall, F1, positives)."""
+    average_precision: dict[str, float] = field(default_factory=dict)
+    """category -> average precision of the category probability over all scored sequences."""
 
 
 def detection_f1(predicted: torch.Tensor, labels: torch.Tensor) -> dict[str, tuple[float, float, float, int]]:
@@ -44,6 +48,17 @@ def detection_f1(predicted: torch.Tensor, labels: torch.Tensor) -> dict[str, tup
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
         out[name] = (precision, recall, f1, int(y.sum()))
     return out
+
+
+def average_precision(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """scores [n], labels [n] booleans -> mean over positives of the precision at their rank
+    (descending scores, ties in input order); 0 without positives."""
+    order = torch.argsort(scores, descending=True, stable=True)
+    hits = labels[order].float()
+    if hits.sum() == 0:
+        return 0.0
+    precision_at = hits.cumsum(0) / torch.arange(1, len(hits) + 1)
+    return float((precision_at * hits).sum() / hits.sum())
 
 
 def summarise(
@@ -66,7 +81,8 @@ def summarise(
     labels = torch.tensor(
         [[0.0] * len(CATEGORIES)] * len(pairs) + [label_vector(p.worse_categories) for p in pairs]
     ).bool()
-    predicted = torch.cat([better_probs, worse_probs]) > 0.5
+    probs = torch.cat([better_probs, worse_probs])
+    predicted = probs > 0.5
     return RMEvaluation(
         pairs=len(pairs),
         accuracy=sum(wins) / max(1, len(wins)),
@@ -75,6 +91,7 @@ def summarise(
         },
         by_language={lang: mean(v) for lang, v in groups["language"].items()},
         detection=detection_f1(predicted, labels),
+        average_precision={c: average_precision(probs[:, k], labels[:, k]) for k, c in enumerate(CATEGORIES)},
     )
 
 
@@ -98,13 +115,14 @@ def markdown_report(result: RMEvaluation, title: str = "Reward model on FLORES d
     """Tables: pairwise accuracy (overall, per category, per target language) and detection P/R/F1."""
     lines = [f"# {title}", "", f"Pairwise accuracy over {result.pairs} pairs: **{result.accuracy:.3f}**", ""]
     lines += [
-        "| category | pairwise acc | pairs | detect P | detect R | detect F1 | positives |",
-        "|---|---|---|---|---|---|---|",
+        "| category | pairwise acc | pairs | detect P | detect R | detect F1 | detect AP | positive rate |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in CATEGORIES:
         acc, n = result.by_category.get(c, (float("nan"), 0))
         p, r, f1, pos = result.detection.get(c, (0.0, 0.0, 0.0, 0))
-        lines.append(f"| {c} | {acc:.3f} | {n} | {p:.3f} | {r:.3f} | {f1:.3f} | {pos} |")
+        ap, rate = result.average_precision.get(c, 0.0), pos / max(1, 2 * result.pairs)
+        lines.append(f"| {c} | {acc:.3f} | {n} | {p:.3f} | {r:.3f} | {f1:.3f} | {ap:.3f} | {rate:.3f} |")
     lines += ["", "| target language | pairwise acc | pairs |", "|---|---|---|"]
     for lang, (acc, n) in result.by_language.items():
         lines.append(f"| {lang} | {acc:.3f} | {n} |")
