@@ -1,6 +1,7 @@
 """RM scoring at pipeline parallel size 2 gives the PP=1 scores and category probabilities on both
 ranks, for texts of different lengths in micro-batches that do not divide them (padding rows and
-padding tokens included), through score_texts and through the registered reward R_mt = rm."""
+padding tokens included), through score_texts and through the registered reward R_mt = rm; the
+held-out evaluation split over DP=2 ranks summarises exactly what one rank scoring everything does."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def _pp_scores(rank, world, tmp):
     from vepo_mcore.rl.rewards import rm as rm_term
     from vepo_mcore.rl.rewards.mt import mt_reward
     from vepo_mcore.rl.sample import Sample
+    from vepo_mcore.rm.data import Pair
+    from vepo_mcore.rm.evaluate import evaluate_pairs, summarise
     from vepo_mcore.rm.model import build_reward_model, load_reward_model, score_texts
     from vepo_mcore.tokenizer import load_tokenizer
     from vepo_mcore.training.checkpointing import save_checkpoint
@@ -56,6 +59,18 @@ def _pp_scores(rank, world, tmp):
     assert len(lengths) >= 5 and max(lengths) > seq_length, lengths
     assert ref_scores.shape == (10,) and ref_probs.shape == (10, 10)
     assert ref_scores.std() > 0.05, ref_scores
+
+    # DP=2 evaluation: each rank scores every other pair (7: uneven shares), all ranks get the whole table.
+    pairs = [
+        Pair(prompts[i], responses[i], responses[i + 1], ("accuracy",), "accuracy", "en", "th")
+        for i in range(7)
+    ]
+    whole = [score_texts(ref_model, tok, prompts[:7], [getattr(p, side) for p in pairs], seq_length, 4)
+             for side in ("better", "worse")]  # fmt: skip
+    want = summarise(pairs, whole[0][0], whole[1][0], whole[0][1], whole[1][1])
+    got_eval = evaluate_pairs(ref_model, tok, pairs, seq_length, batch_size=4)
+    assert got_eval.accuracy == want.accuracy and got_eval.detection == want.detection
+    assert got_eval.average_precision == pytest.approx(want.average_precision, abs=1e-6)
 
     # PP=2: each process holds one of the two layers; the checkpoint reshards into this layout.
     cfg.parallel.pipeline_model_parallel_size = 2

@@ -98,17 +98,31 @@ def summarise(
 def evaluate_pairs(
     model, tokenizer, pairs: Sequence[Pair], seq_length: int, batch_size: int = 16
 ) -> RMEvaluation:
-    """Collective over the RM's TP group: score both sides of every pair and summarise."""
+    """Collective over every rank: each data-parallel rank scores both sides of its share of the
+    pairs (every DP-th pair; its TP/PP group together), the shares are gathered, and every rank
+    summarises all pairs."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
     from vepo_mcore.rm.model import score_texts
 
-    prompts = [p.prompt for p in pairs]
-    better, better_probs = score_texts(
-        model, tokenizer, prompts, [p.better for p in pairs], seq_length, batch_size
-    )
-    worse, worse_probs = score_texts(
-        model, tokenizer, prompts, [p.worse for p in pairs], seq_length, batch_size
-    )
-    return summarise(pairs, better, worse, better_probs, worse_probs)
+    sharded = dist.is_initialized() and ps.model_parallel_is_initialized()
+    rank, size = (ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()) if sharded else (0, 1)
+    mine = pairs[rank::size]
+    prompts = [p.prompt for p in mine]
+    sides = [
+        score_texts(model, tokenizer, prompts, [getattr(p, side) for p in mine], seq_length, batch_size)
+        for side in ("better", "worse")
+    ]
+    scored = torch.cat([torch.cat([s[0][:, None], s[1]], dim=1) for s in sides], dim=1)  # [n, 22]
+    if size > 1:
+        shares: list = [None] * size
+        dist.all_gather_object(shares, scored, group=ps.get_data_parallel_group())
+        scored = torch.empty(len(pairs), scored.shape[1])
+        for r, share in enumerate(shares):
+            scored[r::size] = share
+    k = 1 + len(CATEGORIES)
+    return summarise(pairs, scored[:, 0], scored[:, k], scored[:, 1:k], scored[:, k + 1 :])
 
 
 def markdown_report(result: RMEvaluation, title: str = "Reward model on FLORES devtest pairs") -> str:
