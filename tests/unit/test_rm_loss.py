@@ -88,8 +88,16 @@ def test_pairs_encode_collate_layout():
     assert batch["labels"][:3].sum() == 0 and batch["labels"][3:].sum(1).min() >= 1
     p0 = pairs[ds.order[0]]
     full = tok.encode(p0.prompt + p0.worse + "<|im_end|>")
-    assert encode(tok, p0.prompt, p0.worse, 24) == full[-24:]  # the end survives truncation
+    assert encode(tok, p0.prompt, p0.worse, 24) == full[-24:]  # the instruction is too long for 24 here
     assert torch.equal(items[0]["tokens"][1][: len(full[-24:])], torch.tensor(full[-24:]))
+    # At 64 the instruction (prompt up to its blank line) fits and is kept with the response end.
+    head = tok.encode(p0.prompt[: p0.prompt.index("\n\n") + 2])
+    kept = encode(tok, p0.prompt, p0.worse, 64)
+    assert len(full) > 64 and len(kept) == 64 and 0 < len(head) <= 16
+    assert kept == head + full[-(64 - len(head)) :]
+    assert "into" in tok.decode(kept[: len(head)]) and kept[-1] == tok.im_end_id
+    short = encode(tok, "<|im_start|>user\nHi\n\nyo<|im_end|>\n<|im_start|>assistant\n", "ok", 64)
+    assert short == tok.encode("<|im_start|>user\nHi\n\nyo<|im_end|>\n<|im_start|>assistant\nok<|im_end|>")
     row = items[0]["tokens"][1]
     assert row[items[0]["last"][1]] == tok.im_end_id
 

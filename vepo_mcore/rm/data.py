@@ -9,8 +9,10 @@ A PairDataset is a map-style dataset in a seeded shuffled order, so the shared t
 exactly like CPT data; a micro-batch stacks items into [B, 2, s] (rm/loss.py flattens it).
 
 The RM reads ChatML prompt + response + <|im_end|>, the text the policy produced, and is scored at
-that last real token. Sequences longer than seq_length lose their oldest tokens (the response
-end, where many errors show, is kept). dev builds training pairs, devtest the held-out test.
+that last real token. A sequence longer than seq_length keeps the prompt's instruction (its first
+paragraph, which names the target language: off-target output is only wrong relative to it) and
+the last tokens (the response end, where many errors show); the middle goes. dev builds training
+pairs, devtest the held-out test.
 """
 
 from __future__ import annotations
@@ -85,9 +87,16 @@ def positive_weights(pairs: Sequence[Pair], cap: float = 50.0) -> torch.Tensor:
 
 
 def encode(tokenizer, prompt: str, response: str, seq_length: int) -> list[int]:
-    """Token ids of prompt + response + <|im_end|>, keeping the last seq_length."""
+    """Token ids of prompt + response + <|im_end|>; over seq_length, the instruction (the prompt up
+    to its first blank line, when that is at most a quarter of seq_length) plus the last tokens."""
     ids = tokenizer.encode(prompt + response + IM_END)
-    return ids[-seq_length:]
+    if len(ids) <= seq_length:
+        return ids
+    cut = prompt.find("\n\n")
+    head = tokenizer.encode(prompt[: cut + 2]) if cut >= 0 else []
+    if not head or len(head) > seq_length // 4 or ids[: len(head)] != head:
+        return ids[-seq_length:]
+    return head + ids[len(ids) - (seq_length - len(head)) :]
 
 
 def pad(rows: list[list[int]], pad_id: int, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
