@@ -1,4 +1,5 @@
-"""Print the quickstart's summary: RL reward and constraint pass rates, chrF before/after RL, plots.
+"""Print the quickstart's summary: RL reward and constraint pass rates, RM accuracy, chrF before/after
+RL, plots.
 
 python tools/quickstart_summary.py runs/quickstart
 """
@@ -32,6 +33,14 @@ def main(argv: list[str] | None = None) -> None:
             lines.append(
                 f"{stage.upper():4s} loss {rows[0]['train/loss']:.3f} -> {rows[-1]['train/loss']:.3f} ({len(rows)} steps)"
             )
+    rm = run / "rm_eval" / "eval.json"
+    if rm.is_file():
+        result = json.loads(rm.read_text())
+        ap = result.get("average_precision", {})
+        lines.append(
+            f"RM   pairwise accuracy {result['accuracy']:.3f} on {result['pairs']} held-out devtest pairs, "
+            f"mean detection AP {sum(ap.values()) / max(1, len(ap)):.3f} ({run / 'rm_eval' / 'eval.md'})"
+        )
     rl = _rows(run / "rl" / "metrics.jsonl")
     if rl:
         first, last = rl[0], rl[-1]

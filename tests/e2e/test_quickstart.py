@@ -1,5 +1,5 @@
 """The README's main job, end to end with tiny step counts: every stage runs and the summary
-reports reward, constraint pass rates, chrF before/after RL and the plots."""
+reports reward, constraint pass rates, the reward model's accuracy, chrF before/after RL and the plots."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path):
         "OUT": str(tmp_path / "qs"),
         "CPT_ITERS": "2",
         "SFT_ITERS": "2",
+        "RM_ITERS": "2",
         "RL_ITERS": "1",
         "EVAL_SENTENCES": "2",
         "DIRECTIONS": "en-th,th-en",
@@ -34,13 +35,14 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     out = proc.stdout
-    for stage in range(1, 8):
-        assert f"[{stage}/7]" in out
+    for stage in range(1, 9):
+        assert f"[{stage}/8]" in out
     assert "quickstart summary" in out
     assert "R_mt (chrF++/100)" in out and "constraint pass rates" in out
     assert "chrf++" in out  # before -> after RL
+    assert "RM   pairwise accuracy" in out
     qs = tmp_path / "qs"
     for path in ("cpt/latest_checkpointed_iteration.txt", "sft/latest_checkpointed_iteration.txt",
-                 "rl/rl_curves.png", "eval_sft/table3.md", "eval_rl/bootstrap.md", "eval_rl/hyps/en-th.txt"):  # fmt: skip
+                 "rl/rl_curves.png", "rm_eval/eval.md", "eval_sft/table3.md", "eval_rl/bootstrap.md", "eval_rl/hyps/en-th.txt"):  # fmt: skip
         assert (qs / path).is_file(), path
     assert "rl_curves.png" in out
