@@ -23,6 +23,8 @@ CURVES = (
     ("train/bt_loss", "Bradley-Terry loss"),
     ("train/bce_loss", "category loss"),
     ("train/pair_acc", "pairwise accuracy (train)"),
+    ("valid/loss", "loss (held-out devtest pairs)"),
+    ("valid/pair_acc", "pairwise accuracy (held-out)"),
 )
 
 

@@ -47,9 +47,12 @@ def _train_and_serve(rank, world, tmp):
     test = build_pairs("devtest", LANGS, range(15), CATS, seed=1, tokenizer=tok)
 
     torch.manual_seed(0)
+    cfg.training.eval_interval, cfg.training.eval_iters = 15, 2
     history = train_rm(cfg, train, tok, valid_pairs=test)
     losses = [h["train/loss"] for h in history]
     assert losses[-1] < losses[0] - 0.3, [round(v, 3) for v in losses]
+    held_out = [h["valid/pair_acc"] for h in history if "valid/pair_acc" in h]  # held-out pairs, steps 15, 30
+    assert len(held_out) == 2 and held_out[-1] > 0.7, held_out
     model = load_reward_model(f"{tmp}/rm")[0]  # the saved checkpoint, as tools/train_rm.py evaluates it
     result = evaluate_pairs(model, tok, test, cfg.training.seq_length)
     # An untrained or gradient-broken RM sits near 0.5; these categories are learnt in ~20 steps.

@@ -206,7 +206,9 @@ def pretrain(
         if t.eval_interval and valid_dataset is not None and iteration % t.eval_interval == 0:
             valid = micro_batches(valid_dataset, 0, t.micro_batch_size, dp_rank, dp_size)
             result = evaluate(forward_step_func, valid, model, t.eval_iters * n_micro, cfg, rows)
-            logger.log(iteration, {f"valid/{k}": v for k, v in result.items()}, tokens=None)
+            valid_row = {f"valid/{k}": v for k, v in result.items()}
+            history[-1].update(valid_row)
+            logger.log(iteration, valid_row, tokens=None)
             logger.reset_clock()
         if ckpt.save and ckpt.save_interval and iteration % ckpt.save_interval == 0:
             save(iteration)
