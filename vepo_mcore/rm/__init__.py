@@ -1,10 +1,10 @@
 """The translation reward model (SPEC section 6): corrupted-reference pairs, Bradley-Terry plus
 multi-label loss, training on the shared Megatron loop, scoring and evaluation.
 
-    pairs = build_pairs("dev", langs, lines=50)          # data.py
-    model = build_reward_model(cfg)                      # model.py: GPTModel + ScalarHead(11)
-    metrics = train_step(rm_forward_step, ...)           # loss.py forward_step for training/loop.py
-    report = evaluate_pairs(model, tokenizer, pairs)     # evaluate.py
+    pairs = build_pairs("dev", langs, lines=range(50))                 # data.py
+    history = train_rm(cfg, pairs, tokenizer, valid_pairs=held_out)    # train.py: training/loop.py pretrain
+    model, cfg, tokenizer = load_reward_model("ckpt/rm")               # model.py: GPTModel + 11-wide head
+    report = evaluate_pairs(model, tokenizer, held_out, seq_length)    # evaluate.py
 """
 
 NUM_OUTPUTS = 11
