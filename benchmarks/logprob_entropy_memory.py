@@ -133,6 +133,14 @@ def _interleaved_times(fns, logits, w, repeats, cuda) -> dict:
     return {"method": "interleaved", "times": {k: statistics.median(v) for k, v in times.items()}}
 
 
+def _worker_cmd(args, method: str) -> list[str]:
+    """This script re-run for one method in a fresh process (its own peak-memory counter)."""
+    return [
+        sys.executable, __file__, "--method", method, f"--tokens={args.tokens}", f"--vocab={args.vocab}",
+        f"--dtype={args.dtype}", f"--chunk-size={args.chunk_size}", f"--repeats={args.repeats}",
+    ]  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tokens", type=int, default=2048)
@@ -153,14 +161,7 @@ def main() -> None:
         return
     results = {}
     for method in args.methods.split(","):
-        cmd = [sys.executable, __file__, "--method", method] + [
-            f"--tokens={args.tokens}",
-            f"--vocab={args.vocab}",
-            f"--dtype={args.dtype}",
-            f"--chunk-size={args.chunk_size}",
-            f"--repeats={args.repeats}",
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(_worker_cmd(args, method), capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{method}: failed (skipped in the ratios):\n{proc.stderr[-2000:]}")
             continue
@@ -172,14 +173,7 @@ def main() -> None:
     for method, r in results.items():
         print(f"  {method:9s} peak {r['peak_bytes'] / 2**30:7.3f} GiB   time {r['time_s']:7.3f} s")
     if args.interleaved_time:
-        cmd = [sys.executable, __file__, "--method", "interleaved"] + [
-            f"--tokens={args.tokens}",
-            f"--vocab={args.vocab}",
-            f"--dtype={args.dtype}",
-            f"--chunk-size={args.chunk_size}",
-            f"--repeats={args.repeats}",
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(_worker_cmd(args, "interleaved"), capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"interleaved timing failed:\n{proc.stderr[-2000:]}")
         else:
