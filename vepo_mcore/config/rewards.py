@@ -80,4 +80,6 @@ class FilterConfig:
     enabled: bool = True
     """Apply RLVR filtering (off = keep the first G)."""
     dynamic_sampling: bool = False
-    """DAPO: drop groups whose rewards are all equal."""
+    """DAPO's dynamic sampling in the trainer, for any loss: drop prompt groups whose rewards are all
+    equal and sample more prompts until the step's batch is full (rl.loss.dynamic_sampling is the
+    DAPO loss's own mask)."""

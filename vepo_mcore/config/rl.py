@@ -49,7 +49,10 @@ class LossConfig:
     value_coef: float = 0.5
     """PPO: value loss coefficient."""
     dynamic_sampling: bool = True
-    """DAPO: drop groups whose rewards are all equal (masked out of the loss; the trainer refills)."""
+    """DAPO loss: mask groups whose shaped rewards (after the overlong penalty) are all equal out of
+    the loss and its token count. Refilling the batch with new prompts instead is the trainer's
+    rl.filtering.dynamic_sampling (any loss); with both on, this only catches groups the shaping
+    made constant."""
     overlong_buffer: int = 0
     """DAPO: soft overlong punishment buffer length in tokens (0 = off)."""
     overlong_penalty: float = 1.0

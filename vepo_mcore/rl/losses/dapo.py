@@ -4,8 +4,9 @@
     A_i  = (R'_i - mean_group) / (std_group + eps)          on every token of response i
     loss = -(1/N) sum_t min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) [+ KL]
 
-Dynamic sampling: groups whose rewards are all equal carry no signal; they are masked out of the
-loss here (the trainer refills the batch with rl.advantages.dynamic_sampling_keep).
+Dynamic sampling: groups whose rewards are all equal carry no signal. With rl.loss.dynamic_sampling
+they are masked out of the loss here (and out of its token count); rl.filtering.dynamic_sampling
+makes the trainer drop them before the loss and refill the batch with new prompts.
 Inputs (RLBatch, [B, T]): logp, old_logp, mask, rewards [B], group_ids [B]; response_lengths and
 max_response_length for the overlong shaping; ref_logp for KL.
 """
