@@ -179,7 +179,7 @@ def critic_forward_step(data_iterator: Iterator[dict], model, *, loss_cfg: LossC
         if loss_cfg.loss_agg == "global_tokens":  # same per-token contract as rl_loss_func
             n = mb["loss_mask"].sum()
             return loss * n, n.to(torch.int), {"loss": torch.stack([(loss * n).detach(), n.float()])}
-        one = torch.ones((), dtype=torch.int)
+        one = torch.ones((), dtype=torch.int, device=loss.device)  # stacked with the loss below
         return loss, one, {"loss": torch.stack([loss.detach(), one.float()]), "clip_frac": clip_frac}
 
     return values, loss_func
