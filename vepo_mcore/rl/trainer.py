@@ -338,9 +338,21 @@ def _experience_metrics(samples: list[Sample], exp: dict[str, Any]) -> dict[str,
         "rl/adv_std": exp["advantages"][mask].std().item() if mask.sum() > 1 else 0.0,
         "rollout/tokens": float(mask.sum().item() + sum(len(s.prompt_ids) for s in samples)),
     }
-    engine_logp = [torch.tensor(s.rollout_logprobs) for s in samples if s.rollout_logprobs is not None]
+    engine_logp = [s.rollout_logprobs for s in samples if s.rollout_logprobs is not None]
     if len(engine_logp) == len(samples):
-        ours = [exp["old_logp"][i][mask[i]] for i in range(len(samples))]
-        diffs = torch.cat([(a - b.float()).abs() for a, b in zip(ours, engine_logp)])
-        metrics["rollout/logprob_mismatch"] = diffs.mean().item() if diffs.numel() else 0.0
+        metrics["rollout/logprob_mismatch"] = logprob_mismatch(exp["old_logp"], mask, engine_logp).item()
     return metrics
+
+
+def logprob_mismatch(
+    old_logp: torch.Tensor, mask: torch.Tensor, engine_logp: list[list[float]]
+) -> torch.Tensor:
+    """Mean |training - engine| log-prob over response tokens, a scalar on old_logp's device (0 when none).
+
+    old_logp, mask: [B, S] (on the compute device); engine_logp: B lists of the engine's per-token log-probs.
+    """
+    ours = [old_logp[i][mask[i]] for i in range(len(engine_logp))]
+    # The engine's values arrive as Python floats: build them where the training values live.
+    theirs = [torch.tensor(lp, device=old_logp.device) for lp in engine_logp]
+    diffs = torch.cat([(a - b.float()).abs() for a, b in zip(ours, theirs)])
+    return diffs.mean() if diffs.numel() else old_logp.new_zeros(())
