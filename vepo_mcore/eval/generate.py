@@ -63,6 +63,11 @@ def translate_checkpoint(
     model.eval()
     tokenizer = load_tokenizer(cfg.tokenizer.path)
     engine = build_engine(cfg, model=model, tokenizer=tokenizer)
+    if not engine.shares_training_weights:
+        # An SGLang engine starts from dummy weights (a config-only directory): push the checkpoint's.
+        from vepo_mcore.rl.rollout.weight_sync import sync_weights
+
+        sync_weights(engine, model, cfg)
     sampling = SamplingParams(
         temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=tokenizer.stop_ids
     )
