@@ -262,12 +262,10 @@ def _init_empty_adam_state(optimizer) -> None:
 
     megatron.core 0.16's DistributedOptimizer.state_dict() (no apex/TE) needs a 'step' entry per
     parameter, but its init_state_fn creates only the moments, so building the loading state dict
-    of a never-stepped optimizer fails. Loading overwrites all of these values.
+    of a never-stepped optimizer fails. Loading overwrites all of these values. Only torch's
+    Adam/AdamW (what megatron uses without TE or apex) keeps a per-parameter step.
     """
-    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
-        torch_opt = getattr(inner, "optimizer", None)
-        if torch_opt is None:
-            continue
+    for torch_opt in _torch_adams(optimizer):
         for group in torch_opt.param_groups:
             for p in group["params"]:
                 if len(torch_opt.state[p]) == 0:
@@ -283,16 +281,24 @@ def _fix_adam_steps(optimizer) -> None:
     shared step tensor into every parameter's state, and the dp_reshardable loader then
     overwrites it with a wrong value: torch Adam's bias correction would be off after resume.
     """
-    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
-        torch_opt = getattr(inner, "optimizer", None)
-        if torch_opt is None:
-            continue
+    for torch_opt in _torch_adams(optimizer):
         for group in torch_opt.param_groups:
             if group.get("step") is None:
                 continue
             for p in group["params"]:
                 if "step" in torch_opt.state[p]:
                     torch_opt.state[p]["step"] = torch.tensor(float(group["step"]))
+
+
+def _torch_adams(optimizer) -> list[torch.optim.Optimizer]:
+    """The torch.optim Adam/AdamW instances inside megatron's (chained) optimizer wrapper.
+
+    On GPU megatron uses Transformer Engine's (or apex's) FusedAdam instead, which keeps its step in
+    the param groups: a per-parameter 'step' entry there makes FusedAdam.state_dict() raise KeyError.
+    """
+    inner = getattr(optimizer, "chained_optimizers", [optimizer])
+    found = (getattr(o, "optimizer", None) for o in inner)
+    return [o for o in found if isinstance(o, (torch.optim.Adam, torch.optim.AdamW))]
 
 
 def _is_distributed(optimizer) -> bool:
