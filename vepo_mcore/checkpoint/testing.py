@@ -72,13 +72,15 @@ def megatron_forward(model, tokens: torch.Tensor) -> torch.Tensor | None:
     from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
 
     b, s = tokens.shape
-    position_ids = torch.arange(s).unsqueeze(0).expand(b, s)
+    dev = next(model.parameters()).device  # the model's device (CUDA when a GPU is present)
+    tokens = tokens.to(dev)
+    position_ids = torch.arange(s, device=dev).unsqueeze(0).expand(b, s)
     first = parallel_state.is_pipeline_first_stage()
     last = parallel_state.is_pipeline_last_stage()
     hidden_size = model.config.hidden_size
     with torch.no_grad():
         if not first:
-            hidden = torch.empty(s, b, hidden_size, dtype=model.config.params_dtype)
+            hidden = torch.empty(s, b, hidden_size, dtype=model.config.params_dtype, device=dev)
             dist.recv(hidden, src=parallel_state.get_pipeline_model_parallel_prev_rank())
             model.set_input_tensor(hidden)
         out = model(tokens, position_ids, None)
