@@ -9,6 +9,7 @@ inputs catches exactly the mixes that would fail on a GPU.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,8 @@ def test_logprob_mismatch_value_on_cpu():
 
 
 def _translate_both_engines(rank, world, ckpt: str, out: str) -> None:
+    import copy
+
     from vepo_mcore.config import JobConfig, load_config
     from vepo_mcore.eval.generate import translate_checkpoint
     from vepo_mcore.languages import default_tokenizer_dir
@@ -101,21 +104,32 @@ def _translate_both_engines(rank, world, ckpt: str, out: str) -> None:
     with torch.no_grad():  # larger logits than the init's: greedy choices far from ties
         for p in model.parameters():
             p.mul_(8.0)
-    save_checkpoint(ckpt, 1, model, config=cfg, tokenizer_dir=str(default_tokenizer_dir()))
+    # The run that wrote it trained at TP=2 with sequence parallelism (as the 7B recipes do).
+    saved = copy.deepcopy(cfg)
+    saved.parallel.tensor_model_parallel_size, saved.parallel.sequence_parallel = 2, True
+    save_checkpoint(ckpt, 1, model, config=saved, tokenizer_dir=str(default_tokenizer_dir()))
     common = dict(directions="en-th", max_sentences=2, max_new_tokens=4, batch_size=2)
-    translate_checkpoint(ckpt, f"{out}/embedded", **common)
-    translate_checkpoint(ckpt, f"{out}/fake", overrides=["--rl.rollout.engine", "fake_sglang"], **common)
+    # One output directory per rank: each rank writes its own hypothesis cache.
+    translate_checkpoint(ckpt, f"{out}/embedded{rank}", **common)
+    translate_checkpoint(
+        ckpt, f"{out}/fake{rank}", overrides=["--rl.rollout.engine", "fake_sglang"], **common
+    )
 
 
-def test_translate_checkpoint_pushes_the_checkpoint_into_an_sglang_engine(tmp_path):
-    """The SGLang engine starts from dummy weights; translating a checkpoint must sync them first."""
+@pytest.mark.dist
+def test_translate_checkpoint_of_a_sequence_parallel_run_with_both_engines(tmp_path):
+    """Decoding runs without sequence parallelism (megatron cannot decode with it; on CPU it cannot
+    even start), and the SGLang engine, which starts from dummy weights, gets the checkpoint's."""
     from vepo_mcore.parallel.launch import run_processes
 
-    run_processes(_translate_both_engines, 1, args=(str(tmp_path / "ckpt"), str(tmp_path)))
-    embedded = (tmp_path / "embedded" / "en-th.txt").read_text()
-    fake = (tmp_path / "fake" / "en-th.txt").read_text()
-    assert embedded.count("\n") == 2
-    assert fake == embedded, json.dumps({"embedded": embedded, "fake_sglang": fake}, ensure_ascii=False)
+    run_processes(_translate_both_engines, 2, args=(str(tmp_path / "ckpt"), str(tmp_path)))
+    outputs = {
+        f"{name}{rank}": (tmp_path / f"{name}{rank}" / "en-th.txt").read_text()
+        for name in ("embedded", "fake")
+        for rank in range(2)
+    }
+    assert outputs["embedded0"].count("\n") == 2
+    assert len(set(outputs.values())) == 1, json.dumps(outputs, ensure_ascii=False)
 
 
 def test_rl_forward_step_default_positions_follow_the_tokens():
@@ -175,3 +189,75 @@ def test_empty_adam_state_touches_only_torch_adam(tmp_path):
     assert result["adam_found"] == 1 and result["adam_steps"] == [0.0]
     assert result["adam_params_with_state"] == result["adam_params"] > 0
     assert result["sgd_found"] == 0 and result["sgd_states"] == 0
+
+
+def _sequence_parallel_head(rank, world, out_dir: str) -> None:
+    from megatron.core import parallel_state as ps
+
+    from vepo_mcore.models.heads import ScalarHead
+
+    ps.initialize_model_parallel(tensor_model_parallel_size=world)
+    g = torch.Generator().manual_seed(0)
+    full = torch.randn(6, 2, 8, generator=g, dtype=torch.float64)  # [s, b, h], the same on every rank
+    upstream = torch.randn(6, 2, 3, generator=g, dtype=torch.float64)  # dL/d(output), replicated loss
+    torch.manual_seed(1)
+    head = ScalarHead(8, 3, std=0.5, sequence_parallel=True).double()
+    local = full.chunk(world)[rank].clone().requires_grad_(True)  # this rank's sequence slice
+    out, _ = head(local)
+    (out * upstream).sum().backward()
+    ref_in = full.clone().requires_grad_(True)
+    ref_out = ref_in @ head.weight.detach().T + head.bias.detach()
+    (ref_out * upstream).sum().backward()
+    result = {
+        "shape": list(out.shape),
+        "out_err": (out - ref_out).abs().max().item(),
+        "grad_err": (local.grad - ref_in.grad.chunk(world)[rank]).abs().max().item(),
+        "weight_grad_err": (head.weight.grad - upstream.reshape(-1, 3).T @ full.reshape(-1, 8))
+        .abs()
+        .max()
+        .item(),
+    }
+    Path(f"{out_dir}/{rank}.json").write_text(json.dumps(result))
+    ps.destroy_model_parallel()
+
+
+@pytest.mark.dist
+def test_scalar_head_gathers_the_sequence_under_sequence_parallelism(tmp_path):
+    """With sequence parallelism each TP rank holds s/TP positions; the replicated head must see all of
+    them (outputs [s, b, k]) and hand back exactly this rank's slice of the input gradient."""
+    from vepo_mcore.parallel.launch import run_processes
+
+    run_processes(_sequence_parallel_head, 2, args=(str(tmp_path),))
+    for rank in range(2):
+        result = json.loads((tmp_path / f"{rank}.json").read_text())
+        assert result["shape"] == [6, 2, 3]
+        assert result["out_err"] < 1e-12 and result["grad_err"] < 1e-12 and result["weight_grad_err"] < 1e-12
+
+
+def _rl_micro(device, b: int = 2, s: int = 5) -> dict:
+    zeros = partial(torch.zeros, device=device)
+    return {
+        "tokens": zeros(b, s, dtype=torch.long),
+        "labels": zeros(b, s, dtype=torch.long),
+        "loss_mask": torch.ones(b, s, device=device),
+        **{k: zeros(b, s) for k in ("old_logp", "ref_logp", "advantages", "old_values", "returns")},
+        "rewards": zeros(b),
+        "response_lengths": torch.ones(b, dtype=torch.long, device=device),
+        "max_response_length": 8,
+    }
+
+
+@pytest.mark.parametrize("name", ["vepo", "grpo", "dapo", "rloo", "reinforce_pp", "ppo"])
+@pytest.mark.parametrize("agg", ["tokens", "global_tokens", "seq_mean"])
+def test_rl_loss_func_forward_and_backward_stay_on_the_logits_device(name, agg):
+    """The whole loss path (fused log-probs, ratio, KL, metrics, megatron's count) on device tensors."""
+    from vepo_mcore.config.rl import KLConfig
+    from vepo_mcore.rl.losses.loss_func import rl_loss_func
+
+    logits = torch.empty(2, 5, 16, device=META, requires_grad=True)
+    cfg = LossConfig(name=name, loss_agg=agg, entropy_topk_frac=0.25 if name == "vepo" else None)
+    with fx_config.patch(meta_nonzero_assume_all_nonzero=True):  # metrics select masked tokens
+        loss, num_tokens, metrics = rl_loss_func(_rl_micro(META), cfg, KLConfig(), 16, logits)
+        loss.backward()
+    assert loss.device == META and num_tokens.device == META and logits.grad.device == META
+    assert [k for k, v in metrics.items() if v.device != META] == []

@@ -57,6 +57,9 @@ def translate_checkpoint(
     from vepo_mcore.training.checkpointing import load_checkpoint
 
     cfg, path = checkpoint_config(checkpoint, overrides)
+    # Megatron cannot decode with sequence parallelism (one new token per step); it only splits
+    # activations, so the same weights load and compute the same logits without it.
+    cfg.parallel.sequence_parallel = False
     init_model_parallel(cfg.parallel, seed=cfg.training.seed)
     model = build_model(cfg)
     load_checkpoint(path, model, finetune=True)
