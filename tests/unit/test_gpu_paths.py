@@ -261,3 +261,13 @@ def test_rl_loss_func_forward_and_backward_stay_on_the_logits_device(name, agg):
         loss.backward()
     assert loss.device == META and num_tokens.device == META and logits.grad.device == META
     assert [k for k, v in metrics.items() if v.device != META] == []
+
+
+def test_embedded_engine_refuses_sequence_parallelism_with_a_clear_error():
+    from vepo_mcore.config import JobConfig
+    from vepo_mcore.rl.rollout.base import build_engine
+
+    cfg = JobConfig()
+    cfg.parallel.tensor_model_parallel_size, cfg.parallel.sequence_parallel = 2, True
+    with pytest.raises(ValueError, match="sequence_parallel.*sglang"):
+        build_engine(cfg, model=torch.nn.Linear(2, 2))

@@ -43,6 +43,13 @@ class EmbeddedEngine:
     weights_survive_sleep = True
 
     def __init__(self, model, cfg, tokenizer=None, batch_size: int | None = None, seed: int | None = None):
+        if cfg.parallel.sequence_parallel:
+            # The embedding would split each decode step's single token over the TP ranks.
+            raise ValueError(
+                "rl.rollout.engine 'embedded' cannot decode with parallel.sequence_parallel=true "
+                "(megatron has no sequence-parallel decoding): use rl.rollout.engine=sglang, or "
+                "parallel.sequence_parallel=false"
+            )
         self.model = _unwrap(model)
         self.cfg = cfg
         self.tokenizer = tokenizer
