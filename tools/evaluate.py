@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             args.max_new_tokens, args.batch_size,
         )  # fmt: skip
         args.name = args.name or Path(args.checkpoint).name
+        import torch.distributed as dist
+
+        if dist.get_rank() != 0:  # the model-parallel ranks helped translate; scoring is rank 0's
+            return None
     kind = args.system or ("hf-model" if args.hf_model else "hyp-dir" if args.hyp_dir else "reference")
     system = SystemSpec(
         kind=kind, hyp_dir=args.hyp_dir, name=args.name, model_path=args.hf_model, engine=args.engine,

@@ -108,12 +108,20 @@ def _translate_both_engines(rank, world, ckpt: str, out: str) -> None:
     saved = copy.deepcopy(cfg)
     saved.parallel.tensor_model_parallel_size, saved.parallel.sequence_parallel = 2, True
     save_checkpoint(ckpt, 1, model, config=saved, tokenizer_dir=str(default_tokenizer_dir()))
-    common = dict(directions="en-th", max_sentences=2, max_new_tokens=4, batch_size=2)
-    # One output directory per rank: each rank writes its own hypothesis cache.
-    translate_checkpoint(ckpt, f"{out}/embedded{rank}", **common)
-    translate_checkpoint(
-        ckpt, f"{out}/fake{rank}", overrides=["--rl.rollout.engine", "fake_sglang"], **common
-    )
+    common = dict(directions="en-th", max_sentences=2, max_new_tokens=4, batch_size=1)
+    # Both ranks translate into one directory (the TP group is one engine); rank 0 writes the cache.
+    translate_checkpoint(ckpt, f"{out}/embedded", **common)
+    translate_checkpoint(ckpt, f"{out}/fake", overrides=["--rl.rollout.engine", "fake_sglang"], **common)
+    # A run interrupted after the first sentence resumes from rank 0's partial cache.
+    import torch.distributed as dist
+
+    if rank == 0:
+        first = (Path(out) / "embedded" / "en-th.txt").read_text().splitlines()[0]
+        resumed = Path(out) / "resumed"
+        resumed.mkdir()
+        (resumed / "en-th.partial.jsonl").write_text(json.dumps({"index": 0, "hypothesis": first}) + "\n")
+    dist.barrier()
+    translate_checkpoint(ckpt, f"{out}/resumed", **common)
 
 
 @pytest.mark.dist
@@ -123,13 +131,10 @@ def test_translate_checkpoint_of_a_sequence_parallel_run_with_both_engines(tmp_p
     from vepo_mcore.parallel.launch import run_processes
 
     run_processes(_translate_both_engines, 2, args=(str(tmp_path / "ckpt"), str(tmp_path)))
-    outputs = {
-        f"{name}{rank}": (tmp_path / f"{name}{rank}" / "en-th.txt").read_text()
-        for name in ("embedded", "fake")
-        for rank in range(2)
-    }
-    assert outputs["embedded0"].count("\n") == 2
+    outputs = {name: (tmp_path / name / "en-th.txt").read_text() for name in ("embedded", "fake", "resumed")}
+    assert outputs["embedded"].count("\n") == 2  # one line per sentence: ranks did not both append
     assert len(set(outputs.values())) == 1, json.dumps(outputs, ensure_ascii=False)
+    assert not list(tmp_path.glob("*/*.partial.jsonl"))
 
 
 def test_rl_forward_step_default_positions_follow_the_tokens():

@@ -95,9 +95,15 @@ def translate_direction(
     With `cache_dir` (one directory per system: the cache does not key on model or template),
     finished batches are appended to {dir}.partial.jsonl and the complete result is written to
     {dir}.txt; a rerun returns the first n lines of {dir}.txt or resumes after the last finished
-    line (a shorter {dir}.txt from a --max-sentences run is extended). `sampling` is passed to the engine unchanged (greedy or sampled); None means
-    greedy decoding up to 256 new tokens, stopping at the tokenizer's stop ids.
+    line (a shorter {dir}.txt from a --max-sentences run is extended). `sampling` is passed to the
+    engine unchanged (greedy or sampled); None means greedy decoding up to 256 new tokens, stopping
+    at the tokenizer's stop ids. Under a process group every rank calls this (a model-parallel
+    engine is collective) and reads the cache; rank 0 alone writes it.
     """
+    import torch.distributed as dist
+
+    collective = dist.is_initialized() and dist.get_world_size() > 1
+    writer = not collective or dist.get_rank() == 0
     if sampling is None:
         sampling = greedy_sampling(tokenizer)
     if batch_size < 1:
@@ -154,15 +160,18 @@ def translate_direction(
             )
         batch = [clean_hypothesis(sample.response) for sample in outputs]
         done.extend(batch)
-        if partial is not None:
+        if partial is not None and writer:
             with partial.open("a", encoding="utf-8") as fh:
                 for offset, hyp in enumerate(batch):
                     fh.write(
                         json.dumps({"index": start + offset, "hypothesis": hyp}, ensure_ascii=False) + "\n"
                     )
     if final is not None:
-        write_hypotheses(final, done)
-        partial.unlink(missing_ok=True)
+        if collective:
+            dist.barrier()  # every rank has read the cache before rank 0 replaces it
+        if writer:
+            write_hypotheses(final, done)
+            partial.unlink(missing_ok=True)
     return done
 
 
