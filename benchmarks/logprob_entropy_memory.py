@@ -89,17 +89,7 @@ def worker(args) -> dict:
         base = torch.cuda.memory_allocated()
     else:
         base = _rss_bytes()
-    times = []
-    for i in range(args.repeats + 1):
-        logits.grad = None
-        start = time.perf_counter()
-        logp, entropy = fn()
-        ((logp * w).sum() + (entropy * w).sum()).backward()
-        if cuda:
-            torch.cuda.synchronize()
-        if i > 0:
-            times.append(time.perf_counter() - start)
-        del logp, entropy
+    times = [_timed_step(fn, logits, w, cuda) for _ in range(args.repeats + 1)][1:]  # the first warms up
     peak = (
         torch.cuda.max_memory_allocated()
         if cuda
@@ -113,23 +103,29 @@ def worker(args) -> dict:
     }
 
 
+def _timed_step(fn, logits, w, cuda: bool) -> float:
+    """Seconds for one forward (fn) + backward of the weighted log-prob and entropy sums."""
+    import torch
+
+    logits.grad = None
+    start = time.perf_counter()
+    logp, entropy = fn()
+    ((logp * w).sum() + (entropy * w).sum()).backward()
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
 def _interleaved_times(fns, logits, w, repeats, cuda) -> dict:
     """Time every method round-robin in one process: on a shared machine the load drifts, and
     alternating the methods exposes them to the same drift."""
-    import torch
 
     times = {name: [] for name in fns}
     for i in range(repeats + 1):
         for name, fn in fns.items():
-            logits.grad = None
-            start = time.perf_counter()
-            logp, entropy = fn()
-            ((logp * w).sum() + (entropy * w).sum()).backward()
-            if cuda:
-                torch.cuda.synchronize()
-            if i > 0:
-                times[name].append(time.perf_counter() - start)
-            del logp, entropy
+            elapsed = _timed_step(fn, logits, w, cuda)
+            if i > 0:  # the first round warms up
+                times[name].append(elapsed)
     return {"method": "interleaved", "times": {k: statistics.median(v) for k, v in times.items()}}
 
 
