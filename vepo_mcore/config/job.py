@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
+from vepo_mcore.config.base import load_config
 from vepo_mcore.config.data import DataConfig
 from vepo_mcore.config.eval import EvalConfig
 from vepo_mcore.config.model import ModelConfig
@@ -55,8 +56,6 @@ class JobConfig:
 def job_from_cli(argv: list[str] | None, description: str) -> tuple[argparse.Namespace, JobConfig]:
     """The entry scripts' command line: --config YAML [--dry-run [--world-size N]] and dotted
     overrides of any field (--training.train_iters 100). Returns (flags, the loaded JobConfig)."""
-    from vepo_mcore.config.base import load_config
-
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )

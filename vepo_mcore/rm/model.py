@@ -80,17 +80,14 @@ def load_reward_model(checkpoint: str | Path, cfg: JobConfig | None = None):
         if not config_file.is_file():
             raise FileNotFoundError(f"{config_file} missing: the RM checkpoint must carry its config.yaml")
         cfg = load_config(JobConfig, config_file)
-    if not (dist.is_initialized() and ps.model_parallel_is_initialized()):
-        cfg.parallel.tensor_model_parallel_size = cfg.parallel.pipeline_model_parallel_size = 1
-        cfg.parallel.sequence_parallel = False
-        init_model_parallel(cfg.parallel, seed=cfg.training.seed)
-    else:
-        cfg.parallel.tensor_model_parallel_size = ps.get_tensor_model_parallel_world_size()
-        cfg.parallel.pipeline_model_parallel_size = ps.get_pipeline_model_parallel_world_size()
+    running = dist.is_initialized() and ps.model_parallel_is_initialized()
+    p = cfg.parallel
+    p.tensor_model_parallel_size = ps.get_tensor_model_parallel_world_size() if running else 1
+    p.pipeline_model_parallel_size = ps.get_pipeline_model_parallel_world_size() if running else 1
     # Sequence parallelism splits activations over TP ranks: only meaningful in the TP it runs in.
-    cfg.parallel.sequence_parallel = (
-        cfg.parallel.sequence_parallel and cfg.parallel.tensor_model_parallel_size > 1
-    )
+    p.sequence_parallel = p.sequence_parallel and p.tensor_model_parallel_size > 1
+    if not running:
+        init_model_parallel(p, seed=cfg.training.seed)
     model = build_reward_model(cfg)
     load_checkpoint(path, model, finetune=True)
     model.eval()

@@ -23,11 +23,10 @@ from vepo_mcore.rm.loss import make_forward_step
 def rm_model_provider(cfg: JobConfig):
     """This rank's RM stage; its trunk comes from rm.init_from unless the run resumes its own checkpoint."""
     from vepo_mcore.rm.model import build_reward_model, load_policy_weights
-    from vepo_mcore.training.checkpointing import resolve_checkpoint
+    from vepo_mcore.training.loop import resumes_own_checkpoint
 
     model = build_reward_model(cfg)
-    save = cfg.training.checkpoint.save
-    if cfg.rm.init_from and not (save and resolve_checkpoint(save) is not None):
+    if cfg.rm.init_from and not resumes_own_checkpoint(cfg):
         load_policy_weights(model, cfg.rm.init_from)
     return model
 

@@ -220,15 +220,23 @@ def pretrain(
     return history
 
 
+def resumes_own_checkpoint(cfg: JobConfig) -> bool:
+    """Whether the run restarts from its own checkpoint (training.checkpoint.save holds one)."""
+    from vepo_mcore.training.checkpointing import resolve_checkpoint
+
+    save = cfg.training.checkpoint.save
+    return bool(save) and resolve_checkpoint(save) is not None
+
+
 def resume_or_initialise(cfg: JobConfig, model, optimizer, scheduler):
     """A run's own checkpoint (training.checkpoint.save) wins: a relaunch after a crash resumes there
     with full state. Otherwise training.checkpoint.load initialises the run (weights only when
     finetune is set or the checkpoint has no optimizer, e.g. converted from HF). Returns the
     LoadedState, or None for a fresh start."""
-    from vepo_mcore.training.checkpointing import load_checkpoint, resolve_checkpoint
+    from vepo_mcore.training.checkpointing import load_checkpoint
 
     ckpt = cfg.training.checkpoint
-    if ckpt.save and resolve_checkpoint(ckpt.save) is not None:
+    if resumes_own_checkpoint(cfg):
         return load_checkpoint(ckpt.save, model, optimizer, scheduler)
     if ckpt.load:
         state = load_checkpoint(ckpt.load, model, optimizer, scheduler, finetune=ckpt.finetune)
