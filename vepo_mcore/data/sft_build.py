@@ -82,6 +82,22 @@ def translation_examples(n: int, rng: np.random.Generator) -> list[dict]:
     return out
 
 
+def direction_examples(directions: list[tuple[str, str]], split: str = "dev") -> list[dict]:
+    """Every FLORES `split` sentence of every (src, tgt) direction as one translation conversation.
+
+    The user turn is the evaluation and RL prompt (eval.translate.DEFAULT_TEMPLATE, written out here
+    so this layer does not import eval), so SFT, RL and evaluation see one prompt format.
+    """
+    if split != "dev":
+        raise ValueError(f"SFT data comes from FLORES dev only (devtest is for evaluation), got {split!r}")
+    out = []
+    for src, tgt in directions:
+        sources, targets = load_flores(src, split), load_flores(tgt, split)
+        s, t = language(src).name, language(tgt).name
+        out += [_chat(f"Translate the following {s} text into {t}.\n\n{x}", y) for x, y in zip(sources, targets)]
+    return out
+
+
 def reasoning_examples(n: int, rng: np.random.Generator) -> list[dict]:
     """n conversations that name the source language, then translate into English or Chinese."""
     flores = {lang: load_flores(lang, "dev") for lang in LANGS}

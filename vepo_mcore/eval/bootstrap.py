@@ -120,3 +120,18 @@ def paired_group_test(
         np.mean(np.stack(base_resamples), axis=0),
         np.mean(np.stack(sys_resamples), axis=0),
     )
+
+
+def paired_mean_diff_ci(
+    base: Sequence[float], system: Sequence[float], n_samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED
+) -> tuple[float, float]:
+    """95% percentile interval of mean(system - base) under paired resampling of the n items.
+
+    base, system: [n] per-item scores on the same items (a pass/fail as 0/1, a sentence chrF++).
+    """
+    a, b = np.asarray(base, dtype=np.float64), np.asarray(system, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired scores differ in shape: {a.shape} vs {b.shape}")
+    means = (b - a)[resample_indices(len(a), n_samples, seed)].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(lo), float(hi)

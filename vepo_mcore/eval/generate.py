@@ -35,24 +35,14 @@ def checkpoint_config(checkpoint: str | Path, overrides: list[str] | None = None
     return cfg, path
 
 
-def translate_checkpoint(
-    checkpoint: str | Path,
-    out_dir: str | Path,
-    directions: str = "all",
-    split: str = "devtest",
-    max_sentences: int | None = None,
-    max_new_tokens: int = 128,
-    batch_size: int = 32,
-    temperature: float = 0.0,
-    overrides: list[str] | None = None,
-) -> Path:
-    """Write out_dir/{src}-{tgt}.txt for each direction (cached: a rerun resumes). Returns out_dir."""
-    from vepo_mcore.eval.directions import parse_directions
-    from vepo_mcore.eval.translate import translate_direction
-    from vepo_mcore.languages import load_flores
+def load_policy_engine(checkpoint: str | Path, overrides: list[str] | None = None):
+    """(config, tokenizer, rollout engine serving the checkpoint's weights), inside a process group.
+
+    The checkpoint's own config picks the model shape, tokenizer and engine (embedded or SGLang).
+    """
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rl.rollout.base import SamplingParams, build_engine
+    from vepo_mcore.rl.rollout.base import build_engine
     from vepo_mcore.tokenizer import load_tokenizer
     from vepo_mcore.training.checkpointing import load_checkpoint
 
@@ -71,6 +61,27 @@ def translate_checkpoint(
         from vepo_mcore.rl.rollout.weight_sync import sync_weights
 
         sync_weights(engine, model, cfg)
+    return cfg, tokenizer, engine
+
+
+def translate_checkpoint(
+    checkpoint: str | Path,
+    out_dir: str | Path,
+    directions: str = "all",
+    split: str = "devtest",
+    max_sentences: int | None = None,
+    max_new_tokens: int = 128,
+    batch_size: int = 32,
+    temperature: float = 0.0,
+    overrides: list[str] | None = None,
+) -> Path:
+    """Write out_dir/{src}-{tgt}.txt for each direction (cached: a rerun resumes). Returns out_dir."""
+    from vepo_mcore.eval.directions import parse_directions
+    from vepo_mcore.eval.translate import translate_direction
+    from vepo_mcore.languages import load_flores
+    from vepo_mcore.rl.rollout.base import SamplingParams
+
+    _, tokenizer, engine = load_policy_engine(checkpoint, overrides)
     sampling = SamplingParams(
         temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=tokenizer.stop_ids
     )

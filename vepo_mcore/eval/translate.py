@@ -59,6 +59,35 @@ def format_prompt(
     return tokenizer.apply_chat(messages, add_generation_prompt=True)
 
 
+def prompt_samples(
+    direction: Direction,
+    sources: Sequence[str],
+    tokenizer,
+    references: Sequence[str] | None = None,
+    template: str = DEFAULT_TEMPLATE,
+    system_prompt: str | None = None,
+    indices: Sequence[int] | None = None,
+) -> list[Sample]:
+    """Prompt Samples (ChatML text and ids, source, reference, languages) for sources[i], i in indices
+    (default: all); group_id and metadata["index"] are i."""
+    samples = []
+    for i in range(len(sources)) if indices is None else indices:
+        text = format_prompt(direction, sources[i], tokenizer, template, system_prompt)
+        samples.append(
+            Sample(
+                prompt=text,
+                prompt_ids=tokenizer.encode(text),
+                source=sources[i],
+                reference=references[i] if references is not None else None,
+                src_lang=direction.src,
+                tgt_lang=direction.tgt,
+                group_id=i,
+                metadata={"direction": str(direction), "index": i},
+            )
+        )
+    return samples
+
+
 def greedy_sampling(tokenizer, max_new_tokens: int = 256):
     """Greedy SamplingParams stopping at <|im_end|> / <|endoftext|> (the rollout engines' type)."""
     from vepo_mcore.rl.rollout.base import SamplingParams
@@ -136,23 +165,9 @@ def translate_direction(
             done = done[:n]
     for start in range(len(done), n, batch_size):
         stop = min(start + batch_size, n)
-        texts = [
-            format_prompt(direction, sources[i], tokenizer, template, system_prompt)
-            for i in range(start, stop)
-        ]
-        prompts = [
-            Sample(
-                prompt=texts[i - start],
-                prompt_ids=tokenizer.encode(texts[i - start]),
-                source=sources[i],
-                reference=references[i] if references is not None else None,
-                src_lang=direction.src,
-                tgt_lang=direction.tgt,
-                group_id=i,
-                metadata={"direction": str(direction), "index": i},
-            )
-            for i in range(start, stop)
-        ]
+        prompts = prompt_samples(
+            direction, sources, tokenizer, references, template, system_prompt, range(start, stop)
+        )
         outputs = engine.generate(prompts, sampling)
         if len(outputs) != len(prompts):
             raise ValueError(

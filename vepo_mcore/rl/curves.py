@@ -14,11 +14,27 @@ PANELS = (
 )
 
 
+def ema(values: list[float], smooth: float) -> list[float]:
+    """Exponential moving average with weight `smooth` on the past (0 = the raw values), debiased
+    like TensorBoard's so the first points are not pulled towards zero."""
+    out, acc, weight = [], 0.0, 0.0
+    for value in values:
+        acc = smooth * acc + (1 - smooth) * value
+        weight = smooth * weight + (1 - smooth)
+        out.append(acc / weight)
+    return out
+
+
 def plot_curves(
-    history: list[dict] | dict[str, list[dict]], path: str | Path, panels=PANELS, xlabel: str = "RL step"
+    history: list[dict] | dict[str, list[dict]],
+    path: str | Path,
+    panels=PANELS,
+    xlabel: str = "RL step",
+    smooth: float = 0.0,
 ) -> Path:
     """history: one run's per-step rows, or {run name: rows} to overlay several runs; panels:
-    (metric key, title) pairs. Returns the path."""
+    (metric key, title) pairs; smooth > 0 draws the EMA-smoothed curve over the raw values (faint).
+    Returns the path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,8 +47,14 @@ def plot_curves(
     for ax, (key, title) in zip(axes.flat, panels):
         for name, rows_ in runs.items():
             points = [(r["step"], r[key]) for r in rows_ if key in r]
-            if points:
-                ax.plot(*zip(*points), label=name, linewidth=1.2)
+            if not points:
+                continue
+            steps, values = zip(*points)
+            if smooth > 0:
+                raw = ax.plot(steps, values, linewidth=0.8, alpha=0.25)[0]
+                ax.plot(steps, ema(list(values), smooth), label=name, linewidth=1.4, color=raw.get_color())
+            else:
+                ax.plot(steps, values, label=name, linewidth=1.2)
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)

@@ -245,7 +245,7 @@ def train_rl(cfg: JobConfig) -> list[dict[str, float]]:
     logger.close()
     trainer.engine.shutdown()
     if dist.get_rank() == 0 and t.checkpoint.save and history:
-        plot_curves(history, Path(t.checkpoint.save) / "rl_curves.png")
+        plot_curves(history, Path(t.checkpoint.save) / "rl_curves.png", smooth=0.8)
     return history
 
 

@@ -1,0 +1,223 @@
+"""The toy recipe: the paper's whole chain on 2 CPU cores, driven by examples/configs/toy/*.yaml.
+
+    run_toy(ToyPlan(out="runs/toy", seeds=[0, 1, 2]))      # tools/run_toy.py
+
+Shared by every seed (built once, in OUT/shared):
+  1  tokenizer  expand Qwen2.5 for the 8 languages (tools/expand_tokenizer.py on FLORES dev), then
+                trim the stock and the expanded tokenizers to the ids the toy's data uses
+                (tokenizer/trim.py): the "base" vocabulary (English) and the toy's vocabulary,
+                whose first ids are the base's, so the embedding resize applies;
+     data       SFT conversations of the toy's directions and the CPT corpora, FLORES dev only.
+Per seed (OUT/seed<N>):
+  0  base       a short English pretraining with the base vocabulary (the toy's "Qwen2.5")
+  1b resize     tools/resize_embeddings.py to the toy's vocabulary (new rows = mean of pieces)
+  2  cpt        1:1 English : (th, vi), the expanded vocabulary
+  3  sft        translation SFT in the toy's directions
+  4  rl         VEPO on dev prompts (tools/train_vepo.py)
+  5  eval       greedy held-out evaluation of SFT and RL on FLORES devtest (tools/eval_heldout.py)
+
+Every stage is the same entry script the 7B recipe runs; only the configs differ. A stage whose
+output exists is skipped and the training stages resume their own checkpoints, so rerunning the
+command continues an interrupted run. Stage wall times go to OUT/seed<N>/timings.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vepo_mcore.eval.directions import parse_directions
+
+CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs" / "toy"
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+
+
+@dataclass(kw_only=True)
+class ToyPlan:
+    """What run_toy runs; the stage budgets default to the configs' train_iters."""
+
+    out: Path
+    seeds: list[int] = field(default_factory=lambda: [0])
+    directions: str = "en-th,en-vi,th-en,vi-en"
+    nproc: int = 1
+    """Training processes (DP); the toy is fastest as one process with both cores' threads."""
+    threads: int = 2
+    iters: dict[str, int] = field(default_factory=dict)
+    """stage (base, cpt, sft, rl) -> train_iters override."""
+    overrides: dict[str, list[str]] = field(default_factory=dict)
+    """stage -> extra dotted overrides (--rl.loss.name grpo ...)."""
+    eval_sentences: int = 50
+    max_new_tokens: int = 96
+    log: object = sys.stdout
+
+    @property
+    def langs(self) -> list[str]:
+        directions = parse_directions(self.directions)
+        return sorted({d.src for d in directions} | {d.tgt for d in directions})
+
+
+def _env(plan: ToyPlan) -> dict[str, str]:
+    threads = str(plan.threads)
+    return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _run(plan: ToyPlan, args: list[str], log_file: Path) -> None:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("a", encoding="utf-8") as log:
+        result = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, env=_env(plan))
+    if result.returncode:
+        tail = "".join(log_file.read_text(encoding="utf-8", errors="replace").splitlines(True)[-15:])
+        raise RuntimeError(f"{' '.join(args[:4])} ... failed ({result.returncode}); log {log_file}:\n{tail}")
+
+
+def _torchrun(plan: ToyPlan, script: str, args: list[str], log_file: Path) -> None:
+    from vepo_mcore.parallel.init import free_port
+
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(plan.nproc),
+                "--master-addr", "127.0.0.1", "--master-port", str(free_port())]  # fmt: skip
+    _run(plan, [*launcher, str(TOOLS / script), *args], log_file)
+
+
+def _has_checkpoint(path: Path) -> bool:
+    from vepo_mcore.training.checkpointing import resolve_checkpoint
+
+    return resolve_checkpoint(path) is not None
+
+
+class _Stages:
+    """Times each stage of one directory and prints a line per stage."""
+
+    def __init__(self, plan: ToyPlan, root: Path):
+        self.plan, self.root = plan, root
+        self.file = root / "timings.json"
+        self.timings = json.loads(self.file.read_text()) if self.file.is_file() else {}
+
+    def __call__(self, name: str, done: bool, fn) -> None:
+        if done:
+            print(f"[toy] {self.root.name}/{name}: done before, skipped", file=self.plan.log, flush=True)
+            return
+        print(f"[toy] {self.root.name}/{name} ({time.strftime('%H:%M:%S')})", file=self.plan.log, flush=True)
+        start = time.time()
+        fn()
+        self.timings[name] = self.timings.get(name, 0.0) + time.time() - start
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.file.write_text(json.dumps(self.timings, indent=1) + "\n")
+        print(f"[toy] {self.root.name}/{name}: {self.timings[name]:.0f} s", file=self.plan.log, flush=True)
+
+
+def build_shared(plan: ToyPlan) -> dict[str, Path]:
+    """Tokenizers and data every seed uses; returns their paths."""
+    from vepo_mcore.data.corpus import build_flores_cpt_corpus
+    from vepo_mcore.data.sft_build import direction_examples
+    from vepo_mcore.languages import load_flores
+    from vepo_mcore.tokenizer import load_tokenizer
+    from vepo_mcore.tokenizer.trim import trim_tokenizer
+
+    shared = plan.out / "shared"
+    paths = {
+        "expanded": shared / "tokenizer" / "expanded",
+        "base_tok": shared / "tokenizer" / "base",
+        "toy_tok": shared / "tokenizer" / "toy",
+        "sft": shared / "data" / "sft" / "translation.jsonl",
+        "base_data": shared / "data" / "base",
+        "cpt_data": shared / "data" / "cpt",
+    }
+    stage = _Stages(plan, shared)
+    stage(
+        "tokenizer_expand",
+        (paths["expanded"] / "tokenizer.json").is_file(),
+        lambda: _run(plan, [sys.executable, str(TOOLS / "expand_tokenizer.py"), "--no-compare",
+                            "--out", str(paths["expanded"]), "--report-dir", str(shared / "tokenizer" / "report")],
+                     shared / "logs" / "expand_tokenizer.log"),  # fmt: skip
+    )
+    directions = [(d.src, d.tgt) for d in parse_directions(plan.directions)]
+    conversations = direction_examples(directions)
+
+    def data_and_trim() -> None:
+        base = load_tokenizer()
+        paths["sft"].parent.mkdir(parents=True, exist_ok=True)
+        paths["sft"].write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in conversations))
+        chats = [base.apply_chat(c["messages"]) for c in conversations]
+        # The base vocabulary: what English text and the prompts' scaffolding need (the toy's
+        # "Qwen2.5" knows English); the toy's vocabulary: what all its data needs, base ids first.
+        scaffolding = [base.apply_chat(c["messages"][:1]) for c in conversations[:: len(conversations) // 4]]
+        english = load_flores("en", "dev") + [s.split("\n\n")[0] for s in scaffolding]
+        english.append(base.apply_chat([{"role": "user", "content": "."}], add_generation_prompt=True))
+        trim_tokenizer(base.path, english, paths["base_tok"])
+        trim_tokenizer(paths["expanded"], chats, paths["toy_tok"], prefix=paths["base_tok"])
+        build_flores_cpt_corpus(paths["base_data"], ["en"], tokenizer_dir=paths["base_tok"])
+        build_flores_cpt_corpus(paths["cpt_data"], plan.langs, tokenizer_dir=paths["toy_tok"])
+
+    stage("data_and_trim", (paths["toy_tok"] / "tokenizer.json").is_file(), data_and_trim)
+    return paths
+
+
+def _vocab(tokenizer_dir: Path) -> int:
+    from vepo_mcore.tokenizer import load_tokenizer
+
+    return len(load_tokenizer(tokenizer_dir))
+
+
+def _iters(plan: ToyPlan, stage: str) -> list[str]:
+    return ["--training.train_iters", str(plan.iters[stage])] if stage in plan.iters else []
+
+
+def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
+    """Stages 0-5 of one seed; returns the seed's directory."""
+    root = plan.out / f"seed{seed}"
+    logs = root / "logs"
+    stage = _Stages(plan, root)
+    base_tok, toy_tok = paths["base_tok"], paths["toy_tok"]
+    common = ["--training.seed", str(1000 + seed)]
+
+    def train(name: str, script: str, tokenizer: Path, extra: list[str]) -> None:
+        args = ["--config", str(CONFIGS / f"{name}.yaml"), "--tokenizer.path", str(tokenizer),
+                "--model.vocab_size", str(_vocab(tokenizer)), "--training.checkpoint.save", str(root / name),
+                *common, *_iters(plan, name), *extra, *plan.overrides.get(name, [])]  # fmt: skip
+        _torchrun(plan, script, args, logs / f"{name}.log")
+
+    base_data = {"en": paths["base_data"] / "cpt_en_text_document"}
+    cpt_data = {lang: paths["cpt_data"] / f"cpt_{lang}_text_document" for lang in plan.langs}
+    stage("base", _has_checkpoint(root / "base"),
+          lambda: train("base", "pretrain_cpt.py", base_tok, _data_paths(base_data)))  # fmt: skip
+    stage("resize", _has_checkpoint(root / "resized"),
+          lambda: _run(plan, [sys.executable, str(TOOLS / "resize_embeddings.py"), "--megatron-load",
+                              str(root / "base"), "--megatron-save", str(root / "resized"), "--tokenizer",
+                              str(toy_tok), "--base-tokenizer", str(base_tok)],
+                       logs / "resize.log"))  # fmt: skip
+    finetune = ["--training.checkpoint.finetune", "true"]
+    stage("cpt", _has_checkpoint(root / "cpt"),
+          lambda: train("cpt", "pretrain_cpt.py", toy_tok,
+                        [*_data_paths(cpt_data), "--training.checkpoint.load", str(root / "resized"), *finetune]))
+    sft_data = ["--data.sft_phases", json.dumps([{"name": "translation", "paths": {"translation": str(paths["sft"])},
+                                                  "weights": {"translation": 1.0}}])]  # fmt: skip
+    stage("sft", _has_checkpoint(root / "sft"),
+          lambda: train("sft", "pretrain_cpt.py", toy_tok,
+                        [*sft_data, "--training.checkpoint.load", str(root / "cpt"), *finetune]))
+    stage("rl", _has_checkpoint(root / "rl"),
+          lambda: train("rl", "train_vepo.py", toy_tok,
+                        ["--rl.directions", plan.directions, "--training.checkpoint.load", str(root / "sft")]))
+    for name in ("sft", "rl"):
+        out = root / f"heldout_{name}.jsonl"
+        stage(f"eval_{name}", out.is_file(),
+              lambda name=name, out=out: _run(plan, [
+                  sys.executable, str(TOOLS / "eval_heldout.py"), "--checkpoint", str(root / name),
+                  "--directions", plan.directions, "--max-sentences", str(plan.eval_sentences),
+                  "--max-new-tokens", str(plan.max_new_tokens), "--out", str(out)], logs / f"eval_{name}.log"))  # fmt: skip
+    return root
+
+
+def _data_paths(paths: dict[str, Path]) -> list[str]:
+    return [arg for lang, prefix in paths.items() for arg in (f"--data.paths.{lang}", str(prefix))]
+
+
+def run_toy(plan: ToyPlan) -> list[Path]:
+    """The shared stages, then every seed; returns the seed directories."""
+    plan.out.mkdir(parents=True, exist_ok=True)
+    paths = build_shared(plan)
+    return [run_seed(plan, seed, paths) for seed in plan.seeds]
