@@ -7,7 +7,8 @@ Expanded tokenizer -> trimmed vocabulary -> base -> embedding resize -> CPT (1:1
 -> held-out evaluation on FLORES devtest -> reports/toy/{summary.json,results.md,rl_curves.png,
 seed*_constraints_{sft,rl}.md}. Configs: examples/configs/toy/*.yaml (the stages are the 7B
 recipe's entry scripts). Rerunning continues an interrupted run (finished stages are skipped).
---set STAGE.FIELD=VALUE passes a dotted override to one stage (--set rl.rl.kl.estimator=k3).
+--set STAGE.FIELD=VALUE passes a dotted override to one stage (--set rl.rl.kl.estimator=k3), or
+to every training stage with STAGE "all" (--set all.model.num_layers=2).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -96,9 +97,17 @@ class RLTrainer:
     # -- the step -----------------------------------------------------------------------------
     def step(self) -> dict[str, float]:
         """One RL step; returns its metrics (the same on every rank)."""
+        start = time.perf_counter()
         samples, metrics = self.rollout()
+        rolled = time.perf_counter()
         exp = self.experience(samples, metrics)
+        scored = time.perf_counter()
         metrics.update(self.train(exp))
+        # Where the step's time goes (slime/verl log the same split): generation + rewards, the
+        # old/reference log-prob passes, the optimizer steps.
+        metrics["perf/rollout_s"] = rolled - start
+        metrics["perf/experience_s"] = scored - rolled
+        metrics["perf/train_s"] = time.perf_counter() - scored
         self.weights_stale = not self.engine.shares_training_weights
         self.iteration += 1
         return metrics

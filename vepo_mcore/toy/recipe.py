@@ -50,7 +50,7 @@ class ToyPlan:
     iters: dict[str, int] = field(default_factory=dict)
     """stage (base, cpt, sft, rl) -> train_iters override."""
     overrides: dict[str, list[str]] = field(default_factory=dict)
-    """stage -> extra dotted overrides (--rl.loss.name grpo ...)."""
+    """stage (base, cpt, sft, rl, or all) -> extra dotted overrides (--rl.loss.name grpo ...)."""
     eval_sentences: int = 50
     max_new_tokens: int = 96
     log: object = sys.stdout
@@ -178,7 +178,8 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
     def train(name: str, script: str, tokenizer: Path, extra: list[str]) -> None:
         args = ["--config", str(CONFIGS / f"{name}.yaml"), "--tokenizer.path", str(tokenizer),
                 "--model.vocab_size", str(_vocab(tokenizer)), "--training.checkpoint.save", str(root / name),
-                *common, *_iters(plan, name), *extra, *plan.overrides.get(name, [])]  # fmt: skip
+                *common, *_iters(plan, name), *extra, *plan.overrides.get("all", []),
+                *plan.overrides.get(name, [])]  # fmt: skip
         _torchrun(plan, script, args, logs / f"{name}.log")
 
     base_data = {"en": paths["base_data"] / "cpt_en_text_document"}

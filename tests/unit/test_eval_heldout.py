@@ -1,0 +1,63 @@
+"""eval/heldout.py summaries and the paired-bootstrap interval of a mean difference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
+from vepo_mcore.eval.heldout import paired_deltas, read_records, summarize, write_records
+
+
+def _record(direction: str, index: int, stop: bool, overall: bool, chrf: float) -> dict:
+    return {"direction": direction, "index": index, "source": "s", "reference": "r", "hypothesis": "h",
+            "response_tokens": 10 if stop else 96, "stop": stop, "lang": overall, "length": True,
+            "format": True, "mixing": True, "overall": overall, "chrf": chrf}  # fmt: skip
+
+
+def test_interval_of_a_constant_shift_is_that_shift():
+    base = np.linspace(0, 10, 40)
+    assert paired_mean_diff_ci(base, base) == (0.0, 0.0)
+    lo, hi = paired_mean_diff_ci(base, base + 1.5)
+    assert lo == pytest.approx(1.5) and hi == pytest.approx(1.5)
+
+
+def test_interval_covers_the_true_difference_and_shrinks_with_n():
+    rng = np.random.default_rng(0)
+    widths = []
+    for n in (50, 800):
+        base = rng.normal(size=n)
+        system = base + 0.3 + rng.normal(scale=1.0, size=n)
+        lo, hi = paired_mean_diff_ci(base, system)
+        assert lo < 0.3 < hi
+        widths.append(hi - lo)
+    assert widths[1] < widths[0] / 3  # ~ 1 / sqrt(16)
+
+
+def test_interval_refuses_unpaired_input():
+    with pytest.raises(ValueError, match="differ in shape"):
+        paired_mean_diff_ci([1.0, 2.0], [1.0])
+
+
+def test_summary_and_deltas(tmp_path):
+    sft = [_record("en-th", i, stop=i % 2 == 0, overall=False, chrf=10.0) for i in range(20)]
+    rl = [_record("en-th", i, stop=True, overall=True, chrf=12.0) for i in range(20)]
+    summary = summarize(rl)
+    assert summary["stop_rate"] == 100.0 and summary["overall_pass"] == 100.0 and summary["chrf"] == 12.0
+    assert summarize(sft)["stop_rate"] == 50.0 and summarize(sft)["response_tokens"] == 53.0
+    deltas = paired_deltas(sft, rl)
+    assert deltas["overall_pass"] == [100.0, 100.0] and deltas["chrf"] == [2.0, 2.0]
+    lo, hi = deltas["stop_rate"]
+    assert 20.0 < lo <= 50.0 <= hi < 80.0
+    write_records(rl, tmp_path / "r.jsonl")
+    assert read_records(tmp_path / "r.jsonl") == rl
+
+
+def test_deltas_refuse_different_sentences(tmp_path):
+    a = [_record("en-th", i, True, True, 1.0) for i in range(3)]
+    b = [_record("en-vi", i, True, True, 1.0) for i in range(3)]
+    with pytest.raises(ValueError, match="different sentences"):
+        paired_deltas(a, b)
+    (tmp_path / "bad.jsonl").write_text('{"a": 1}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        read_records(tmp_path / "bad.jsonl")
