@@ -1,63 +1,56 @@
 #!/usr/bin/env bash
-# The CPU quickstart (run through `make quickstart`): the whole VEPO pipeline on a tiny
-# Qwen2.5-shaped model, on 2 CPU processes (gloo), in about ten minutes:
-#   FLORES corpora -> CPT (1:1 English : low-resource) -> SFT (ChatML, 3-phase curriculum)
-#   -> reward model from the SFT checkpoint (10 error categories) -> evaluation of the SFT model
-#   -> VEPO RL with the embedded engine -> evaluation again
-#   -> summary (reward, constraint pass rates, RM accuracy, chrF before/after RL, plot paths).
-# Knobs (environment): OUT, NPROC, CPT_ITERS, SFT_ITERS, RM_ITERS, RL_ITERS, EVAL_SENTENCES, DIRECTIONS.
+# The CPU quickstart (run through `make quickstart`): the whole VEPO pipeline on the toy model
+# (examples/configs/toy/), on 2 CPU cores, in under ten minutes, nothing downloaded:
+#   tokenizer expansion + trimmed vocabulary -> base -> embedding resize -> CPT (1:1) -> SFT
+#   -> VEPO RL -> held-out evaluation of the policy before SFT, after SFT and after RL
+#   (tools/run_toy.py with short stage budgets) -> reward model from the SFT checkpoint
+#   -> FLORES scores of the held-out translations -> summary with 95% intervals and plots.
+# The full-size toy run (the same stages, longer; 3 seeds) is `python tools/run_toy.py --seeds 0 1 2`.
+# Knobs (environment): OUT, BASE_ITERS, CPT_ITERS, SFT_ITERS, RL_ITERS, RM_ITERS, EVAL_SENTENCES, DIRECTIONS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PY:-.venv/bin/python}
 TORCHRUN=${TORCHRUN:-.venv/bin/torchrun}
 OUT=${OUT:-runs/quickstart}
-NPROC=${NPROC:-2}
-CPT_ITERS=${CPT_ITERS:-60}
-SFT_ITERS=${SFT_ITERS:-40}
-RM_ITERS=${RM_ITERS:-100}
-RL_ITERS=${RL_ITERS:-8}
+BASE_ITERS=${BASE_ITERS:-10}
+CPT_ITERS=${CPT_ITERS:-30}
+SFT_ITERS=${SFT_ITERS:-150}
+RL_ITERS=${RL_ITERS:-16}
+RM_ITERS=${RM_ITERS:-30}
 EVAL_SENTENCES=${EVAL_SENTENCES:-16}
-DIRECTIONS=${DIRECTIONS:-en-th,th-en,en-vi,zh-en}
-export TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+DIRECTIONS=${DIRECTIONS:-en-th,en-vi,th-en,vi-en}
+export TOKENIZERS_PARALLELISM=false
 
 stage() { printf '\n== [%s] %s (%s)\n' "$1" "$2" "$(date +%H:%M:%S)"; }
 free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-launch() { "$TORCHRUN" --nproc-per-node "$NPROC" --master-addr 127.0.0.1 --master-port "$(free_port)" "$@"; }
 rm -rf "$OUT"
 mkdir -p "$OUT"
+SEED="$OUT/toy/seed0"
 
-stage 1/8 "data: FLORES dev -> Megatron indexed CPT corpus per language, ChatML SFT set"
-"$PY" tools/build_cpt_corpus.py --output-dir data/cpt_tiny
-"$PY" tools/build_sft_data.py --output-dir data/sft_tiny
+stage 1/4 "toy recipe: tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> held-out eval (tools/run_toy.py)"
+"$PY" tools/run_toy.py --out "$OUT/toy" --seeds 0 --directions "$DIRECTIONS" --eval-sentences "$EVAL_SENTENCES" \
+  --iters base="$BASE_ITERS" cpt="$CPT_ITERS" sft="$SFT_ITERS" rl="$RL_ITERS" --no-report
 
-stage 2/8 "continued pre-training, English 0.5 : low-resource 0.5"
-launch tools/pretrain_cpt.py --config examples/configs/cpt_tiny.yaml \
-  --training.train_iters "$CPT_ITERS" --training.checkpoint.save "$OUT/cpt"
+stage 2/4 "reward model from the SFT checkpoint: corrupted FLORES pairs, 10 error categories"
+MODEL=$("$PY" - "$SEED/sft" <<'EOF'
+import sys
+from vepo_mcore.eval.generate import checkpoint_config
+cfg, _ = checkpoint_config(sys.argv[1])
+m = cfg.model
+print(f"--model.num_layers {m.num_layers} --model.hidden_size {m.hidden_size} --model.ffn_hidden_size "
+      f"{m.ffn_hidden_size} --model.num_attention_heads {m.num_attention_heads} --model.num_query_groups "
+      f"{m.num_query_groups} --model.vocab_size {m.vocab_size} --tokenizer.path {cfg.tokenizer.path}")
+EOF
+)
+# shellcheck disable=SC2086  # MODEL is a list of flags
+"$TORCHRUN" --nproc-per-node 1 --master-addr 127.0.0.1 --master-port "$(free_port)" tools/train_rm.py \
+  --config examples/configs/rm_tiny.yaml $MODEL --rm.init_from "$SEED/sft" --rm.train_lines 60 --rm.test_lines 10 \
+  --training.train_iters "$RM_ITERS" --training.checkpoint.save "$OUT/rm" --rm.report_dir "$OUT/rm_eval" > "$OUT/rm.log" 2>&1
 
-stage 3/8 "SFT from the CPT checkpoint (assistant-only loss, 3 phases)"
-launch tools/pretrain_cpt.py --config examples/configs/sft_tiny.yaml \
-  --training.train_iters "$SFT_ITERS" --training.checkpoint.load "$OUT/cpt" \
-  --training.checkpoint.finetune true --training.checkpoint.save "$OUT/sft"
+stage 3/4 "FLORES devtest scores of the held-out translations, paired bootstrap RL vs SFT (tools/evaluate.py)"
+"$PY" tools/evaluate.py --hyp-dir "$SEED/hyps_rl" --name rl --baseline-hyp-dir "$SEED/hyps_sft" --baseline-name sft \
+  --directions "$DIRECTIONS" --max-sentences "$EVAL_SENTENCES" --out "$OUT/eval_rl" > "$OUT/eval_rl.log"
 
-stage 4/8 "reward model from the SFT checkpoint: corrupted FLORES pairs, 10 error categories"
-launch tools/train_rm.py --config examples/configs/rm_tiny.yaml --rm.init_from "$OUT/sft" \
-  --rm.train_lines 60 --rm.test_lines 10 --training.train_iters "$RM_ITERS" \
-  --training.checkpoint.save "$OUT/rm" --rm.report_dir "$OUT/rm_eval" > "$OUT/rm.log"
-
-stage 5/8 "translate + evaluate the SFT model on FLORES devtest ($DIRECTIONS, $EVAL_SENTENCES sentences)"
-"$PY" tools/evaluate.py --checkpoint "$OUT/sft" --directions "$DIRECTIONS" --max-sentences "$EVAL_SENTENCES" \
-  --max-new-tokens 48 --out "$OUT/eval_sft" > "$OUT/eval_sft.log"
-
-stage 6/8 "VEPO RL from the SFT checkpoint (embedded engine, RLVR rewards)"
-launch tools/train_vepo.py --config examples/configs/vepo_tiny.yaml \
-  --training.train_iters "$RL_ITERS" --training.checkpoint.load "$OUT/sft" \
-  --training.checkpoint.save "$OUT/rl" --rl.directions "$DIRECTIONS"
-
-stage 7/8 "translate + evaluate the RL model, paired bootstrap against the SFT model"
-"$PY" tools/evaluate.py --checkpoint "$OUT/rl" --baseline-hyp-dir "$OUT/eval_sft/hyps" --baseline-name sft \
-  --directions "$DIRECTIONS" --max-sentences "$EVAL_SENTENCES" --max-new-tokens 48 --out "$OUT/eval_rl" \
-  > "$OUT/eval_rl.log"
-
-stage 8/8 "summary"
+stage 4/4 "summary"
 "$PY" tools/quickstart_summary.py "$OUT"

@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=96, help="response length cap")
     p.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
     p.add_argument("--out", help="records jsonl (with --checkpoint)")
+    p.add_argument(
+        "--hyp-dir", help="also write DIR/{src}-{tgt}.txt, the layout tools/evaluate.py --hyp-dir reads"
+    )
     p.add_argument("--compare", nargs=2, metavar=("BASE", "SYSTEM"), help="two records files to compare")
     args = p.parse_args(argv)
 
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --checkpoint and --out, or --compare BASE SYSTEM")
 
     from vepo_mcore.eval.generate import load_policy_engine
-    from vepo_mcore.eval.heldout import heldout_records
+    from vepo_mcore.eval.heldout import heldout_records, write_hypothesis_dir
     from vepo_mcore.parallel import destroy, init_distributed
 
     init_distributed()
@@ -53,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         destroy()
     write_records(records, args.out)
+    if args.hyp_dir:
+        write_hypothesis_dir(records, args.hyp_dir)
     print(json.dumps(summarize(records)))
     return 0
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
+
+warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
 
 
 def _pairs(values: list[str], flag: str) -> dict[str, str]:
@@ -60,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     from vepo_mcore.toy.report import write_report
 
     summary = write_report(seed_dirs, plan.out / "shared", args.report_dir)
-    print(json.dumps({k: summary[k] for k in ("seeds", "wall_s_one_seed", "sft", "rl", "delta_ci95")}, indent=1))
+    print(
+        json.dumps({k: summary[k] for k in ("seeds", "wall_s_one_seed", "sft", "rl", "delta_ci95")}, indent=1)
+    )
     print(f"report: {args.report_dir}/results.md, {args.report_dir}/rl_curves.png")
     return 0
 

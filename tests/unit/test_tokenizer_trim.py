@@ -18,7 +18,8 @@ from vepo_mcore.tokenizer.trim import load_source_ids, trim_tokenizer
 @pytest.fixture(scope="module")
 def corpus() -> list[str]:
     chat = load_tokenizer().apply_chat(
-        [{"role": "user", "content": "Translate the following English text into Thai."}], add_generation_prompt=True
+        [{"role": "user", "content": "Translate the following English text into Thai."}],
+        add_generation_prompt=True,
     )
     return [chat] + [line for lang in ("en", "th", "vi") for line in load_flores(lang, "dev")[:150]]
 

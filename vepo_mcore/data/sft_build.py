@@ -94,7 +94,9 @@ def direction_examples(directions: list[tuple[str, str]], split: str = "dev") ->
     for src, tgt in directions:
         sources, targets = load_flores(src, split), load_flores(tgt, split)
         s, t = language(src).name, language(tgt).name
-        out += [_chat(f"Translate the following {s} text into {t}.\n\n{x}", y) for x, y in zip(sources, targets)]
+        out += [
+            _chat(f"Translate the following {s} text into {t}.\n\n{x}", y) for x, y in zip(sources, targets)
+        ]
     return out
 
 

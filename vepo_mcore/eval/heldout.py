@@ -20,7 +20,7 @@ from pathlib import Path
 
 from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
 from vepo_mcore.eval.directions import parse_directions
-from vepo_mcore.eval.translate import clean_hypothesis, prompt_samples
+from vepo_mcore.eval.translate import clean_hypothesis, prompt_samples, write_hypotheses
 from vepo_mcore.languages import load_flores
 
 METRICS = {
@@ -48,7 +48,9 @@ def heldout_records(
     from vepo_mcore.rl.rewards.mt import chrf_score
     from vepo_mcore.rl.rollout.base import SamplingParams
 
-    sampling = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=tokenizer.stop_ids)
+    sampling = SamplingParams(
+        temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=tokenizer.stop_ids
+    )
     samples = []
     for direction in parse_directions(directions):
         sources, references = load_flores(direction.src, split)[:n], load_flores(direction.tgt, split)[:n]
@@ -114,6 +116,20 @@ def write_records(records: Sequence[dict], path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+
+
+def write_hypothesis_dir(records: Sequence[dict], hyp_dir: str | Path) -> Path:
+    """DIR/{src}-{tgt}.txt, one hypothesis per line in sentence order (tools/evaluate.py --hyp-dir)."""
+    out = Path(hyp_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    by_direction: dict[str, list[dict]] = {}
+    for r in records:
+        by_direction.setdefault(r["direction"], []).append(r)
+    for direction, rows in by_direction.items():
+        write_hypotheses(
+            out / f"{direction}.txt", [r["hypothesis"] for r in sorted(rows, key=lambda r: r["index"])]
+        )
+    return out
 
 
 def read_records(path: str | Path) -> list[dict]:

@@ -43,7 +43,11 @@ TRIM_MANIFEST = "trim_manifest.json"
 
 def _byte_alphabet() -> list[str]:
     """The 256 symbols of the byte-level pre-tokenizer (GPT-2's bytes_to_unicode)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     extra = (b for b in range(256) if b not in printable)
     return [chr(b) for b in printable] + [chr(256 + n) for n, _ in enumerate(extra)]
 
@@ -100,7 +104,9 @@ def trim_tokenizer(
         producers.setdefault(a + b, []).append((a, b))
     alphabet = [s for s in _byte_alphabet() if s in model["vocab"]]
     if len(alphabet) != 256:
-        raise ValueError(f"{source_dir}: not a byte-level BPE vocabulary ({len(alphabet)} of 256 byte symbols)")
+        raise ValueError(
+            f"{source_dir}: not a byte-level BPE vocabulary ({len(alphabet)} of 256 byte symbols)"
+        )
     kept = _closure(used - set(added), producers) | set(alphabet)
 
     prefix_tokens: list[str] = []
@@ -110,7 +116,9 @@ def trim_tokenizer(
         prefix_tokens = sorted(prefix_vocab, key=prefix_vocab.get)
         missing = [t for t in prefix_tokens if t not in model["vocab"]]
         if missing:
-            raise ValueError(f"prefix {prefix} has {len(missing)} tokens {missing[:5]} that {source_dir} lacks")
+            raise ValueError(
+                f"prefix {prefix} has {len(missing)} tokens {missing[:5]} that {source_dir} lacks"
+            )
     # Order: the prefix's tokens (its regular tokens, then its added tokens), or the regular tokens
     # kept by source id then the added tokens; then whatever else is kept, by source id.
     head = prefix_tokens or [*sorted(kept, key=model["vocab"].get), *sorted(added, key=added.get)]
@@ -150,7 +158,9 @@ def _check_same_segmentation(
     b = trimmed.encode_batch(texts, add_special_tokens=False)
     for line, (x, y) in enumerate(zip(a, b), start=1):
         if x.ids != [source_ids[i] for i in y.ids]:
-            raise RuntimeError(f"text {line}: the trimmed tokenizer segments differently ({texts[line - 1][:60]!r})")
+            raise RuntimeError(
+                f"text {line}: the trimmed tokenizer segments differently ({texts[line - 1][:60]!r})"
+            )
 
 
 def _write_side_files(source_dir: Path, out: Path, vocab: dict[str, int]) -> None:

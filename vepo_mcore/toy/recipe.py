@@ -14,7 +14,8 @@ Per seed (OUT/seed<N>):
   2  cpt        1:1 English : (th, vi), the expanded vocabulary
   3  sft        translation SFT in the toy's directions
   4  rl         VEPO on dev prompts (tools/train_vepo.py)
-  5  eval       greedy held-out evaluation of SFT and RL on FLORES devtest (tools/eval_heldout.py)
+  5  eval       greedy held-out evaluation on FLORES devtest (tools/eval_heldout.py) of the policy
+                before SFT (the CPT checkpoint), after SFT and after RL
 
 Every stage is the same entry script the 7B recipe runs; only the configs differ. A stage whose
 output exists is skipped and the training stages resume their own checkpoints, so rerunning the
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vepo_mcore.eval.directions import parse_directions
+from vepo_mcore.languages import EXPANDED_LANGS, flores_path, load_flores
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs" / "toy"
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
@@ -63,7 +65,12 @@ class ToyPlan:
 
 def _env(plan: ToyPlan) -> dict[str, str]:
     threads = str(plan.threads)
-    return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false"}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 def _run(plan: ToyPlan, args: list[str], log_file: Path) -> None:
@@ -114,7 +121,6 @@ def build_shared(plan: ToyPlan) -> dict[str, Path]:
     """Tokenizers and data every seed uses; returns their paths."""
     from vepo_mcore.data.corpus import build_flores_cpt_corpus
     from vepo_mcore.data.sft_build import direction_examples
-    from vepo_mcore.languages import load_flores
     from vepo_mcore.tokenizer import load_tokenizer
     from vepo_mcore.tokenizer.trim import trim_tokenizer
 
@@ -128,12 +134,27 @@ def build_shared(plan: ToyPlan) -> dict[str, Path]:
         "cpt_data": shared / "data" / "cpt",
     }
     stage = _Stages(plan, shared)
+    # The paper's expansion (4,000 merges per language on that language's corpus: here FLORES dev)
+    # for the low-resource languages the toy translates.
+    corpora = [arg for lang in plan.langs if lang in EXPANDED_LANGS
+               for arg in ("--corpus", f"{lang}={flores_path(lang, 'dev')}")]  # fmt: skip
     stage(
         "tokenizer_expand",
         (paths["expanded"] / "tokenizer.json").is_file(),
-        lambda: _run(plan, [sys.executable, str(TOOLS / "expand_tokenizer.py"), "--no-compare",
-                            "--out", str(paths["expanded"]), "--report-dir", str(shared / "tokenizer" / "report")],
-                     shared / "logs" / "expand_tokenizer.log"),  # fmt: skip
+        lambda: _run(
+            plan,
+            [
+                sys.executable,
+                str(TOOLS / "expand_tokenizer.py"),
+                "--no-compare",
+                *corpora,
+                "--out",
+                str(paths["expanded"]),
+                "--report-dir",
+                str(shared / "tokenizer" / "report"),
+            ],
+            shared / "logs" / "expand_tokenizer.log",
+        ),  # fmt: skip
     )
     directions = [(d.src, d.tgt) for d in parse_directions(plan.directions)]
     conversations = direction_examples(directions)
@@ -182,34 +203,36 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
                 *plan.overrides.get(name, [])]  # fmt: skip
         _torchrun(plan, script, args, logs / f"{name}.log")
 
-    base_data = {"en": paths["base_data"] / "cpt_en_text_document"}
-    cpt_data = {lang: paths["cpt_data"] / f"cpt_{lang}_text_document" for lang in plan.langs}
-    stage("base", _has_checkpoint(root / "base"),
-          lambda: train("base", "pretrain_cpt.py", base_tok, _data_paths(base_data)))  # fmt: skip
-    stage("resize", _has_checkpoint(root / "resized"),
-          lambda: _run(plan, [sys.executable, str(TOOLS / "resize_embeddings.py"), "--megatron-load",
-                              str(root / "base"), "--megatron-save", str(root / "resized"), "--tokenizer",
-                              str(toy_tok), "--base-tokenizer", str(base_tok)],
-                       logs / "resize.log"))  # fmt: skip
-    finetune = ["--training.checkpoint.finetune", "true"]
-    stage("cpt", _has_checkpoint(root / "cpt"),
-          lambda: train("cpt", "pretrain_cpt.py", toy_tok,
-                        [*_data_paths(cpt_data), "--training.checkpoint.load", str(root / "resized"), *finetune]))
+    def start_from(name: str) -> list[str]:
+        return ["--training.checkpoint.load", str(root / name), "--training.checkpoint.finetune", "true"]
+
+    base_data = _data_paths({"en": paths["base_data"] / "cpt_en_text_document"})
+    cpt_data = _data_paths({lang: paths["cpt_data"] / f"cpt_{lang}_text_document" for lang in plan.langs})
     sft_data = ["--data.sft_phases", json.dumps([{"name": "translation", "paths": {"translation": str(paths["sft"])},
                                                   "weights": {"translation": 1.0}}])]  # fmt: skip
-    stage("sft", _has_checkpoint(root / "sft"),
-          lambda: train("sft", "pretrain_cpt.py", toy_tok,
-                        [*sft_data, "--training.checkpoint.load", str(root / "cpt"), *finetune]))
-    stage("rl", _has_checkpoint(root / "rl"),
-          lambda: train("rl", "train_vepo.py", toy_tok,
-                        ["--rl.directions", plan.directions, "--training.checkpoint.load", str(root / "sft")]))
-    for name in ("sft", "rl"):
+    resize = [sys.executable, str(TOOLS / "resize_embeddings.py"), "--megatron-load", str(root / "base"),
+              "--megatron-save", str(root / "resized"), "--tokenizer", str(toy_tok), "--base-tokenizer", str(base_tok)]  # fmt: skip
+    rl_from_sft = ["--rl.directions", plan.directions, "--training.checkpoint.load", str(root / "sft")]
+    trainings = [  # (stage, its checkpoint, how to run it)
+        ("base", "base", lambda: train("base", "pretrain_cpt.py", base_tok, base_data)),
+        ("resize", "resized", lambda: _run(plan, resize, logs / "resize.log")),
+        ("cpt", "cpt", lambda: train("cpt", "pretrain_cpt.py", toy_tok, [*cpt_data, *start_from("resized")])),
+        ("sft", "sft", lambda: train("sft", "pretrain_cpt.py", toy_tok, [*sft_data, *start_from("cpt")])),
+        ("rl", "rl", lambda: train("rl", "train_vepo.py", toy_tok, rl_from_sft)),
+    ]  # fmt: skip
+    for name, checkpoint, fn in trainings:
+        stage(name, _has_checkpoint(root / checkpoint), fn)
+    for name in ("cpt", "sft", "rl"):  # cpt: the policy before SFT, for the base -> SFT change
         out = root / f"heldout_{name}.jsonl"
-        stage(f"eval_{name}", out.is_file(),
-              lambda name=name, out=out: _run(plan, [
-                  sys.executable, str(TOOLS / "eval_heldout.py"), "--checkpoint", str(root / name),
-                  "--directions", plan.directions, "--max-sentences", str(plan.eval_sentences),
-                  "--max-new-tokens", str(plan.max_new_tokens), "--out", str(out)], logs / f"eval_{name}.log"))  # fmt: skip
+        command = [sys.executable, str(TOOLS / "eval_heldout.py"), "--checkpoint", str(root / name),
+                   "--directions", plan.directions, "--max-sentences", str(plan.eval_sentences),
+                   "--max-new-tokens", str(plan.max_new_tokens), "--out", str(out), "--hyp-dir",
+                   str(root / f"hyps_{name}")]  # fmt: skip
+        stage(
+            f"eval_{name}",
+            out.is_file(),
+            lambda command=command, name=name: _run(plan, command, logs / f"eval_{name}.log"),
+        )
     return root
 
 

@@ -34,15 +34,21 @@ def _seed_of(root: Path) -> int:
 
 
 def seed_result(root: Path) -> dict:
+    """One seed's summaries: SFT, RL, the RL - SFT intervals, and (when the policy before SFT was
+    evaluated) its summary and the SFT - before intervals."""
     sft, rl = read_records(root / "heldout_sft.jsonl"), read_records(root / "heldout_rl.jsonl")
-    timings = json.loads((root / "timings.json").read_text())
-    return {
+    result = {
         "seed": _seed_of(root),
         "sft": summarize(sft),
         "rl": summarize(rl),
         "delta_ci95": paired_deltas(sft, rl),
-        "wall_s": timings,
+        "wall_s": json.loads((root / "timings.json").read_text()),
     }
+    if (root / "heldout_cpt.jsonl").is_file():
+        before = read_records(root / "heldout_cpt.jsonl")
+        result["before_sft"] = summarize(before)
+        result["sft_delta_ci95"] = paired_deltas(before, sft)
+    return result
 
 
 def constraint_tables(root: Path, out_dir: Path) -> None:
@@ -81,17 +87,30 @@ def write_report(seed_dirs: list[Path], shared_dir: Path, out_dir: str | Path) -
     seeds = [seed_result(root) for root in seed_dirs]
     for root in seed_dirs:
         constraint_tables(root, out)
-    shared = json.loads((shared_dir / "timings.json").read_text()) if (shared_dir / "timings.json").is_file() else {}
+    shared = (
+        json.loads((shared_dir / "timings.json").read_text())
+        if (shared_dir / "timings.json").is_file()
+        else {}
+    )
     walls = [sum(s["wall_s"].values()) for s in seeds]
     summary = {
         "seeds": [s["seed"] for s in seeds],
         "wall_s_one_seed": sum(shared.values()) + _mean(walls),
         "sft": {name: _mean([s["sft"][name] for s in seeds]) for name in METRICS},
         "rl": {name: _mean([s["rl"][name] for s in seeds]) for name in METRICS},
-        "delta_ci95": {name: min((s["delta_ci95"][name] for s in seeds), key=lambda ci: ci[0]) for name in METRICS},
-        "stage_wall_s": {**shared, **{k: _mean([s["wall_s"].get(k, 0.0) for s in seeds]) for k in seeds[0]["wall_s"]}},
+        "delta_ci95": {
+            name: min((s["delta_ci95"][name] for s in seeds), key=lambda ci: ci[0]) for name in METRICS
+        },
+        "stage_wall_s": {
+            **shared,
+            **{k: _mean([s["wall_s"].get(k, 0.0) for s in seeds]) for k in seeds[0]["wall_s"]},
+        },
         "per_seed": seeds,
     }
+    if all("before_sft" in s for s in seeds):
+        summary["before_sft"] = {name: _mean([s["before_sft"][name] for s in seeds]) for name in METRICS}
+        summary["sft_delta_ci95"] = {name: min((s["sft_delta_ci95"][name] for s in seeds), key=lambda ci: ci[0])
+                                     for name in METRICS}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "results.md").write_text(results_markdown(summary))
     plot_rl_curves(seed_dirs, out / "rl_curves.png")
@@ -111,6 +130,8 @@ def results_markdown(summary: dict) -> str:
              f"One seed of the whole recipe: {summary['wall_s_one_seed'] / 60:.1f} min wall on this machine.", "",
              header]  # fmt: skip
     for s in summary["per_seed"]:
+        if "before_sft" in s:
+            lines.append(_row(f"before SFT (CPT), seed {s['seed']}", [s["before_sft"][n] for n in names]))
         lines.append(_row(f"SFT, seed {s['seed']}", [s["sft"][n] for n in names]))
         lines.append(_row(f"RL, seed {s['seed']}", [s["rl"][n] for n in names]))
     lines.append(_row("SFT, mean", [summary["sft"][n] for n in names]))
