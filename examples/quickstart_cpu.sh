@@ -6,7 +6,8 @@
 #   (tools/run_toy.py with short stage budgets) -> reward model from the SFT checkpoint
 #   -> FLORES scores of the held-out translations -> summary with 95% intervals and plots.
 # The full-size toy run (the same stages, longer; 3 seeds) is `python tools/run_toy.py --seeds 0 1 2`.
-# Knobs (environment): OUT, BASE_ITERS, CPT_ITERS, SFT_ITERS, RL_ITERS, RM_ITERS, EVAL_SENTENCES, DIRECTIONS.
+# Knobs (environment): OUT, BASE_ITERS, CPT_ITERS, SFT_ITERS, RL_ITERS, RM_ITERS, EVAL_SENTENCES, DIRECTIONS,
+# TOY_ARGS (more tools/run_toy.py flags, e.g. "--set all.model.num_layers=2").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,7 @@ RL_ITERS=${RL_ITERS:-16}
 RM_ITERS=${RM_ITERS:-30}
 EVAL_SENTENCES=${EVAL_SENTENCES:-16}
 DIRECTIONS=${DIRECTIONS:-en-th,en-vi,th-en,vi-en}
+TOY_ARGS=${TOY_ARGS:-}
 export TOKENIZERS_PARALLELISM=false
 
 stage() { printf '\n== [%s] %s (%s)\n' "$1" "$2" "$(date +%H:%M:%S)"; }
@@ -29,8 +31,9 @@ mkdir -p "$OUT"
 SEED="$OUT/toy/seed0"
 
 stage 1/4 "toy recipe: tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> held-out eval (tools/run_toy.py)"
+# shellcheck disable=SC2086  # TOY_ARGS is a list of flags
 "$PY" tools/run_toy.py --out "$OUT/toy" --seeds 0 --directions "$DIRECTIONS" --eval-sentences "$EVAL_SENTENCES" \
-  --iters base="$BASE_ITERS" cpt="$CPT_ITERS" sft="$SFT_ITERS" rl="$RL_ITERS" --no-report
+  --iters base="$BASE_ITERS" cpt="$CPT_ITERS" sft="$SFT_ITERS" rl="$RL_ITERS" --no-report $TOY_ARGS
 
 stage 2/4 "reward model from the SFT checkpoint: corrupted FLORES pairs, 10 error categories"
 MODEL=$("$PY" - "$SEED/sft" <<'EOF'
@@ -40,7 +43,8 @@ cfg, _ = checkpoint_config(sys.argv[1])
 m = cfg.model
 print(f"--model.num_layers {m.num_layers} --model.hidden_size {m.hidden_size} --model.ffn_hidden_size "
       f"{m.ffn_hidden_size} --model.num_attention_heads {m.num_attention_heads} --model.num_query_groups "
-      f"{m.num_query_groups} --model.vocab_size {m.vocab_size} --tokenizer.path {cfg.tokenizer.path}")
+      f"{m.num_query_groups} --model.vocab_size {m.vocab_size} --model.tie_word_embeddings "
+      f"{str(m.tie_word_embeddings).lower()} --tokenizer.path {cfg.tokenizer.path}")
 EOF
 )
 # shellcheck disable=SC2086  # MODEL is a list of flags

@@ -1,32 +1,37 @@
-"""The README's main job, end to end with tiny step counts: every stage runs (tokenizer expansion and
-trimming, base, resize, CPT, SFT, RL, held-out evaluation, reward model, FLORES scores) and the
-summary reports each stage's held-out change with its interval, the RM's accuracy and the plots."""
+"""The README's main job, end to end, as a small fast variant of the toy recipe on a fixed seed:
+every stage runs through the real entry scripts (tokenizer expansion and trimming, base, resize,
+CPT, SFT, RL, held-out evaluation, reward model, FLORES scores), the SFT policy learns to stop on
+held-out prompts, RL moves a held-out metric the right way, no devtest sentence is in any training
+data, and the exported HF checkpoint decodes greedily with transformers exactly like the embedded
+engine."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
+from vepo_mcore.eval.heldout import read_records, summarize
+from vepo_mcore.languages import load_flores
+
 ROOT = Path(__file__).resolve().parents[2]
+DIRECTIONS = "en-vi,vi-en"
+SMALL = "--set all.model.num_layers=2 all.model.hidden_size=128 all.model.ffn_hidden_size=352"
 
 
-def test_quickstart_runs_the_whole_pipeline(tmp_path):
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("qs") / "qs"
     bin_dir = Path(sys.executable).parent
-    env = {
-        **os.environ,
-        "PY": sys.executable,
-        "TORCHRUN": str(bin_dir / "torchrun"),
-        "OUT": str(tmp_path / "qs"),
-        "BASE_ITERS": "2",
-        "CPT_ITERS": "2",
-        "SFT_ITERS": "2",
-        "RM_ITERS": "2",
-        "RL_ITERS": "1",
-        "EVAL_SENTENCES": "2",
-        "DIRECTIONS": "en-vi,vi-en",
-    }
+    env = {**os.environ, "PY": sys.executable, "TORCHRUN": str(bin_dir / "torchrun"), "OUT": str(out),
+           "BASE_ITERS": "5", "CPT_ITERS": "20", "SFT_ITERS": "260", "RM_ITERS": "2", "RL_ITERS": "24",
+           "EVAL_SENTENCES": "40", "DIRECTIONS": DIRECTIONS,
+           "TOY_ARGS": f"{SMALL} sft.training.optimizer.lr=3e-3 rl.training.optimizer.lr=1e-4"}  # fmt: skip
     proc = subprocess.run(
         ["bash", "examples/quickstart_cpu.sh"],
         cwd=ROOT,
@@ -36,20 +41,80 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path):
         timeout=1500,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    out = proc.stdout
+    return out, proc.stdout
+
+
+def test_every_stage_runs_and_the_summary_reports(quickstart):
+    qs, out = quickstart
     for stage in range(1, 5):
         assert f"[{stage}/4]" in out
     for stage in ("tokenizer_expand", "data_and_trim", "base", "resize", "cpt", "sft", "rl", "eval_rl"):
         assert f"seed0/{stage}:" in out or f"shared/{stage}:" in out, stage
-    assert "quickstart summary" in out
-    assert "TOK  expanded Qwen2.5 trimmed" in out
+    assert "quickstart summary" in out and "TOK  expanded Qwen2.5 trimmed" in out
     assert "before SFT -> SFT" in out and "SFT -> RL" in out and "paired-bootstrap interval" in out
-    assert "RM   pairwise accuracy" in out
-    qs = tmp_path / "qs"
+    assert "RM   pairwise accuracy" in out and "rl_curves.png" in out
     seed = qs / "toy" / "seed0"
     for path in ("cpt/latest_checkpointed_iteration.txt", "sft/latest_checkpointed_iteration.txt",
                  "rl/rl_curves.png", "heldout_rl.jsonl", "hyps_rl/en-vi.txt"):  # fmt: skip
         assert (seed / path).is_file(), path
     for path in ("rm_eval/eval.md", "eval_rl/bootstrap.md"):
         assert (qs / path).is_file(), path
-    assert "rl_curves.png" in out
+    manifest = json.loads((qs / "toy" / "shared" / "tokenizer" / "toy" / "trim_manifest.json").read_text())
+    assert manifest["prefix_size"] < manifest["vocab_size"] < 20_000  # the resize grew a trimmed base
+
+
+def test_no_devtest_sentence_in_any_training_data(quickstart):
+    qs, _ = quickstart
+    data = qs / "toy" / "shared" / "data"
+    devtest = {line for lang in ("en", "vi") for line in load_flores(lang, "devtest") if len(line) > 20}
+    sft = [json.loads(line) for line in (data / "sft" / "translation.jsonl").read_text().splitlines()]
+    texts = [m["content"] for c in sft for m in c["messages"]]
+    texts += [
+        json.loads(line)["text"]
+        for f in sorted(data.rglob("cpt_*.jsonl"))
+        for line in f.read_text().splitlines()
+    ]
+    assert len(texts) > 3000
+    assert not any(sentence in text for text in texts for sentence in devtest)
+    rl = yaml.safe_load((qs / "toy" / "seed0" / "rl" / "config.yaml").read_text())["rl"]
+    assert rl["prompt_split"] == "dev"
+
+
+def test_sft_policy_stops_and_rl_moves_a_held_out_metric(quickstart):
+    qs, _ = quickstart
+    seed = qs / "toy" / "seed0"
+    before, sft, rl = (summarize(read_records(seed / f"heldout_{n}.jsonl")) for n in ("cpt", "sft", "rl"))
+    assert before["stop_rate"] < 50.0  # the CPT model has never seen <|im_end|> end an answer
+    assert sft["stop_rate"] >= 90.0
+    assert rl["overall_pass"] > sft["overall_pass"] or rl["chrf"] > sft["chrf"]
+    assert rl["stop_rate"] >= sft["stop_rate"] - 5.0
+
+
+def test_exported_checkpoint_decodes_like_the_embedded_engine(quickstart, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vepo_mcore.eval.directions import parse_directions
+    from vepo_mcore.eval.translate import clean_hypothesis, format_prompt
+    from vepo_mcore.tokenizer import load_tokenizer
+
+    qs, _ = quickstart
+    seed = qs / "toy" / "seed0"
+    hf_dir = tmp_path / "hf_sft"
+    subprocess.run([sys.executable, "tools/convert_hf.py", "megatron-to-hf", "--ckpt", str(seed / "sft"),
+                    "--out", str(hf_dir)], cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    hf_tokenizer = AutoTokenizer.from_pretrained(str(hf_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
+    ours = load_tokenizer(hf_dir)
+    records = {(r["direction"], r["index"]): r for r in read_records(seed / "heldout_sft.jsonl")}
+    for direction in parse_directions(DIRECTIONS):
+        for index in range(3):
+            record = records[(str(direction), index)]
+            prompt = format_prompt(direction, record["source"], ours)
+            ids = torch.tensor([hf_tokenizer.encode(prompt, add_special_tokens=False)])
+            assert ids[0].tolist() == ours.encode(prompt)
+            with torch.no_grad():
+                out = model.generate(ids, max_new_tokens=96, do_sample=False, eos_token_id=list(ours.stop_ids),
+                                     pad_token_id=ours.pad_id)  # fmt: skip
+            text = hf_tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+            assert clean_hypothesis(text) == record["hypothesis"], (direction, index)

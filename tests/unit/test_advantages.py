@@ -124,3 +124,16 @@ def test_sequence_rewards_with_kl():
     mask = torch.tensor([[1, 1], [1, 0]], dtype=torch.bool)
     out = A.sequence_rewards_with_kl(torch.tensor([1.0, 1.0]), old, ref, mask, "k1", 0.1)
     torch.testing.assert_close(out, torch.tensor([1.0 - 0.1 * 0.5, 1.0]))
+
+
+def test_a_group_of_one_response_gets_advantage_zero():
+    """SPEC section 4: no baseline, no group-relative signal (verl would keep the raw score)."""
+    from vepo_mcore.rl.advantages import group_normalized_advantages, rloo_advantages
+
+    rewards = torch.tensor([2.0, 1.0, 3.0])
+    mask = torch.ones(3, 2)
+    groups = torch.tensor([0, 0, 1])
+    for scope in ("microbatch", "group", "global"):
+        adv = group_normalized_advantages(rewards, mask, groups, scope, reward_std=1.0)
+        assert adv[2].tolist() == [0.0, 0.0] and adv[0, 0] > 0 > adv[1, 0]
+    assert rloo_advantages(rewards, mask, groups)[2].tolist() == [0.0, 0.0]

@@ -39,3 +39,15 @@ def test_kl_metrics_are_masked_means():
     m = kl_metrics(logp, ref, torch.tensor([[1, 1, 0]]))
     torch.testing.assert_close(m["rl/kl_k1"], torch.tensor(-0.25))
     assert set(m) == {"rl/kl_k1", "rl/kl_k2", "rl/kl_k3"}
+
+
+def test_k3_is_bounded_like_verl():
+    """Unbounded, a log-ratio of 25 gives k3 = 7e10 with a gradient of 2e9 (verl clamps to [-10, 10])."""
+    logp = torch.tensor([-25.0, 0.0, -1.0], requires_grad=True)
+    ref = torch.tensor([0.0, -25.0, 0.0])
+    k3 = kl_estimate("k3", logp, ref)
+    assert k3[0].item() == 10.0 and k3[1].item() == 10.0  # 7e10 and exp(-25) - 1 + 25 = 24, bounded
+    assert k3[2].item() == pytest.approx(math.exp(1) - 2)  # inside the bounds: the exact value
+    k3.sum().backward()
+    assert torch.isfinite(logp.grad).all() and logp.grad[0] == 0.0
+    assert logp.grad[2].item() == pytest.approx(1 - math.exp(1))

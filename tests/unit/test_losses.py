@@ -439,3 +439,27 @@ def test_config_validation_names_the_field_and_known_losses():
     cfg.loss.name = "vepo2"
     with pytest.raises(ValueError, match=r"rl\.loss\.name .*known: .*'reinforce_pp'"):
         cfg.validate()
+
+
+def test_dual_clip_bounds_negative_advantage_tokens():
+    """c = 3: a token with A < 0 and r = 10 contributes c * A, not r * A, and no gradient; off, r * A."""
+    from vepo_mcore.rl.losses.common import clipped_surrogate
+
+    ratio = torch.tensor([10.0, 10.0, 0.5, 2.0], requires_grad=True)
+    adv = torch.tensor([-1.0, 1.0, -1.0, -1.0])
+    plain = clipped_surrogate(ratio, adv, 0.2, 0.28)
+    dual = clipped_surrogate(ratio, adv, 0.2, 0.28, dual_clip=3.0)
+    assert plain.tolist() == pytest.approx([-10.0, 1.28, -0.8, -2.0])
+    assert dual.tolist() == pytest.approx([-3.0, 1.28, -0.8, -2.0])  # only r > c with A < 0 changes
+    dual.sum().backward()
+    assert ratio.grad.tolist() == pytest.approx([0.0, 0.0, 0.0, -1.0])
+    cfg = LossConfig(name="grpo", dual_clip=3.0)
+    _, metrics = compute_loss(_batch(), cfg)
+    assert "rl/clip_frac_dual" in metrics
+
+
+def test_dual_clip_must_exceed_one():
+    from vepo_mcore.config.rl import RLConfig
+
+    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+        RLConfig(loss=LossConfig(dual_clip=0.5)).validate()

@@ -22,6 +22,10 @@ class LossConfig:
     """Lower clip range: r >= 1 - eps_low."""
     eps_high: float = 0.28
     """Upper clip range (clip-higher): r <= 1 + eps_high."""
+    dual_clip: float | None = None
+    """PPO dual-clip constant c > 1 (verl's clip_ratio_c, 3.0 there): for A < 0 the surrogate is bounded
+    below by c * A, so a huge ratio on a bad token cannot dominate the batch. None = off (the paper's
+    loss has no dual clip)."""
     alpha: float = 0.1
     """Entropy-shaped advantage strength."""
     gamma: float = 0.995
@@ -157,6 +161,8 @@ class RLConfig:
                 f"rl.rollout.sampling.temperature ({self.rollout.sampling.temperature}) must equal "
                 f"rl.loss.temperature ({self.loss.temperature}): VEPO is temperature-consistent"
             )
+        if self.loss.dual_clip is not None and self.loss.dual_clip <= 1:
+            raise ValueError(f"rl.loss.dual_clip must be > 1 (or null for off), got {self.loss.dual_clip}")
         if not (0 <= self.loss.eps_low < 1 and self.loss.eps_high >= 0):
             raise ValueError("rl.loss.eps_low must be in [0, 1) and rl.loss.eps_high >= 0")
         if self.loss.entropy_topk_frac is not None and not 0 < self.loss.entropy_topk_frac <= 1:

@@ -5,6 +5,10 @@ For tokens sampled from the policy pi, with log_ratio = log pi_ref(x) - log pi(x
     k2 = 0.5 * log_ratio ** 2           biased, low variance
     k3 = exp(log_ratio) - 1 - log_ratio unbiased, low variance, >= 0
 All functions are elementwise on tensors of any shape and differentiate through `logp`.
+
+k3 is bounded as verl bounds its "low_var_kl": the log-ratio is clamped to [-20, 20] and k3 to
+[-10, 10] (zero gradient beyond). Unbounded, a log-ratio of 25 gives k3 = 7e10 with a gradient of
+2e9, and one such token swamps a batch.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return 0.5 * (ref_logp - logp) ** 2
 
 
+K3_LOG_RATIO_BOUND = 20.0
+K3_BOUND = 10.0
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    log_ratio = ref_logp - logp
-    return torch.expm1(log_ratio) - log_ratio
+    log_ratio = (ref_logp - logp).clamp(-K3_LOG_RATIO_BOUND, K3_LOG_RATIO_BOUND)
+    return (torch.expm1(log_ratio) - log_ratio).clamp(-K3_BOUND, K3_BOUND)
 
 
 KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {

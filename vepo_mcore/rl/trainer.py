@@ -342,6 +342,7 @@ def _experience_metrics(samples: list[Sample], exp: dict[str, Any]) -> dict[str,
         "rollout/len_max": lengths.max().item(),
         "rollout/truncated_frac": _mean([float(s.finish_reason == "length") for s in samples]),
         "rollout/kept_reward_mean": exp["rewards"].mean().item(),
+        "rollout/groups_with_spread": groups_with_spread(samples),
         "rollout/entropy": exp["entropy"][mask].mean().item() if mask.any() else 0.0,
         "rl/adv_mean": exp["advantages"][mask].mean().item() if mask.any() else 0.0,
         "rl/adv_std": exp["advantages"][mask].std().item() if mask.sum() > 1 else 0.0,
@@ -351,6 +352,15 @@ def _experience_metrics(samples: list[Sample], exp: dict[str, Any]) -> dict[str,
     if len(engine_logp) == len(samples):
         metrics["rollout/logprob_mismatch"] = logprob_mismatch(exp["old_logp"], mask, engine_logp).item()
     return metrics
+
+
+def groups_with_spread(samples: list[Sample]) -> float:
+    """Share of prompt groups whose kept rewards are not all equal (a group with one reward has none):
+    only those carry a group-relative advantage."""
+    groups: dict[int, list[float]] = {}
+    for s in samples:
+        groups.setdefault(s.group_id, []).append(s.reward)
+    return _mean([float(max(r) - min(r) > 1e-9) for r in groups.values()])
 
 
 def logprob_mismatch(

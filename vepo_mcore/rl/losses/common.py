@@ -27,10 +27,14 @@ def policy_ratio(batch: RLBatch, cfg: LossConfig) -> torch.Tensor:
 
 
 def clipped_surrogate(
-    ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float
+    ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float, dual_clip: float | None = None
 ) -> torch.Tensor:
-    """min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A), per token (the objective to maximise)."""
-    return torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
+    """min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A), per token (the objective to maximise); with
+    dual_clip = c, max(that, c * A) where A < 0 (Ye et al. 2020, verl's clip_ratio_c)."""
+    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv)
+    if dual_clip is None:
+        return surrogate
+    return torch.where(adv < 0, torch.maximum(surrogate, dual_clip * adv), surrogate)
 
 
 def aggregate(values: torch.Tensor, batch: RLBatch, mode: str) -> torch.Tensor:
@@ -83,7 +87,7 @@ def policy_loss(
     agg = cfg.loss_agg if agg is None else agg
     ratio = policy_ratio(batch, cfg)
     adv = adv.detach()
-    pg = -aggregate(clipped_surrogate(ratio, adv, eps_low, eps_high), batch, agg)
+    pg = -aggregate(clipped_surrogate(ratio, adv, eps_low, eps_high, cfg.dual_clip), batch, agg)
     loss = pg
     metrics: dict = {"rl/pg_loss": pg.detach()}
     if entropy_coef != 0.0:
@@ -101,6 +105,9 @@ def policy_loss(
         metrics["rl/kl_loss"] = (kl.coef * kl_term).detach()
     metrics["rl/loss"] = loss.detach()
     metrics.update(token_metrics(batch, ratio, adv, eps_low, eps_high))
+    if cfg.dual_clip is not None:
+        dual = (ratio.detach() > cfg.dual_clip) & (adv < 0) & batch.mask.bool()
+        metrics["rl/clip_frac_dual"] = dual.sum() / batch.mask.bool().sum().clamp_min(1)
     return loss, metrics
 
 
