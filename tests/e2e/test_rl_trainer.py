@@ -78,12 +78,14 @@ def test_rl_runs_logs_checkpoints_and_resumes_exactly(tmp_path):
         assert resumed[0][key] == straight[1][key], key
 
 
-@pytest.mark.parametrize("loss", ["grpo", "ppo"])
+@pytest.mark.parametrize("loss", ["grpo", "ppo", "dapo"])
 def test_other_losses_run_through_the_trainer(tmp_path, loss):
     (hist,) = _run([_cfg(tmp_path / loss, 1, "--rl.loss.name", loss, "--rl.kl.estimator", "k3")], tmp_path)
     assert math.isfinite(hist[0]["train/loss"])
     if loss == "ppo":
         assert "critic/loss" in hist[0]
+    if loss == "dapo":  # decided on the whole rollout batch, so groups split over micro-batches train
+        assert 0.0 < hist[0]["rl/dynamic_sampling_kept"] <= 1.0
 
 
 def test_7b_recipe_validates_on_cpu():

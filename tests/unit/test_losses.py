@@ -463,3 +463,28 @@ def test_dual_clip_must_exceed_one():
 
     with pytest.raises(ValueError, match="dual_clip must be > 1"):
         RLConfig(loss=LossConfig(dual_clip=0.5)).validate()
+
+
+def test_dapo_dynamic_sampling_decides_on_the_whole_batch_not_the_micro_batch():
+    """Micro-batches of one response never hold a whole group: decided per micro-batch, every group
+    looks constant and DAPO never trains. The trainer decides once (compute_keep) and passes it on."""
+    from vepo_mcore.rl.losses import compute_keep
+
+    cfg = LossConfig(name="dapo", dynamic_sampling=True)
+    old = torch.tensor([[-1.0, -1.0]] * 4)
+    full = RLBatch(logp=old.clone(), old_logp=old, mask=torch.ones(4, 2, dtype=torch.bool),
+                   rewards=torch.tensor([1.0, 0.0, 0.5, 0.5]), group_ids=torch.tensor([0, 0, 1, 1]))  # fmt: skip
+    keep = compute_keep(full, cfg)
+    assert keep.tolist() == [True, True, False, False]
+    adv = compute_advantages(full, cfg)
+    for row, trains in enumerate([True, True, False, False]):
+        logp = old[row : row + 1].clone().requires_grad_(True)
+        micro = dataclasses.replace(full, logp=logp, old_logp=old[row : row + 1], mask=full.mask[row : row + 1],
+                                    rewards=full.rewards[row : row + 1], group_ids=full.group_ids[row : row + 1],
+                                    advantages=adv[row : row + 1], keep=keep[row : row + 1])  # fmt: skip
+        loss, metrics = compute_loss(micro, cfg)
+        loss.backward()
+        assert bool(logp.grad.abs().sum() > 0) == trains, row
+        assert metrics["rl/dynamic_sampling_kept"].item() == float(trains)
+    assert compute_keep(full, dataclasses.replace(cfg, dynamic_sampling=False)) is None
+    assert compute_keep(full, LossConfig(name="vepo")) is None

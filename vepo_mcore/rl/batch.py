@@ -49,6 +49,9 @@ class RLBatch:
     """[B] response lengths in tokens (DAPO overlong shaping); None = mask.sum(1)."""
     max_response_length: int | None = None
     """DAPO overlong shaping: the generation cap L_max."""
+    keep: torch.Tensor | None = None
+    """[B] bool: responses the loss trains on, decided once over the whole rollout batch (DAPO's
+    dynamic sampling: groups with equal rewards are dropped); None = the loss decides, or all."""
     global_num_tokens: float | None = None
     """Response-token count of the whole global batch (loss_agg 'global_tokens')."""
     reward_std: torch.Tensor | float | None = None
@@ -70,8 +73,10 @@ class RLBatch:
             raise ValueError(
                 f"RLBatch.rewards must be [B] or [B, T] for logp {tuple(shape)}, got {tuple(self.rewards.shape)}"
             )
-        if self.group_ids is not None and self.group_ids.shape != shape[:1]:
-            raise ValueError(f"RLBatch.group_ids must be [B]={shape[0]}, got {tuple(self.group_ids.shape)}")
+        for name in ("group_ids", "keep"):
+            value = getattr(self, name)
+            if value is not None and value.shape != shape[:1]:
+                raise ValueError(f"RLBatch.{name} must be [B]={shape[0]}, got {tuple(value.shape)}")
 
     @property
     def fmask(self) -> torch.Tensor:

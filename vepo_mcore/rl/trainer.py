@@ -161,7 +161,7 @@ class RLTrainer:
     def experience(self, samples: list[Sample], metrics: dict[str, float]) -> dict[str, Any]:
         """Tensors for the loss: old/reference log-probs at tau, critic values, advantages."""
         from vepo_mcore.rl.batch import RLBatch
-        from vepo_mcore.rl.losses.registry import compute_advantages
+        from vepo_mcore.rl.losses.registry import compute_advantages, compute_keep
 
         cfg, loss = self.cfg, self.cfg.rl.loss
         # On the compute device from here on: the forward passes, NCCL's all-reduce of the
@@ -182,6 +182,9 @@ class RLTrainer:
             max_response_length=exp["max_response_length"], std_group=_dp_group(),
         )  # fmt: skip
         exp["advantages"] = compute_advantages(batch, loss, cfg.rl.kl)
+        keep = compute_keep(batch, loss, cfg.rl.kl)  # on the whole batch: micro-batches split groups
+        if keep is not None:
+            exp["keep"] = keep
         if self.critic is not None:
             from vepo_mcore.rl.losses.ppo import ppo_gae
 

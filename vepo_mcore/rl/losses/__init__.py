@@ -5,6 +5,13 @@ registers them all. Losses are pure functions of tensors and never import megatr
 """
 
 from vepo_mcore.rl.losses import dapo, grpo, ppo, reinforce_pp, rloo, vepo  # noqa: F401  (registration)
-from vepo_mcore.rl.losses.registry import LOSSES, compute_advantages, compute_loss, get_loss, register_loss
+from vepo_mcore.rl.losses.registry import (
+    LOSSES,
+    compute_advantages,
+    compute_keep,
+    compute_loss,
+    get_loss,
+    register_loss,
+)
 
-__all__ = ["LOSSES", "compute_advantages", "compute_loss", "get_loss", "register_loss"]
+__all__ = ["LOSSES", "compute_advantages", "compute_keep", "compute_loss", "get_loss", "register_loss"]

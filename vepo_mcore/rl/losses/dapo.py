@@ -5,7 +5,8 @@
     loss = -(1/N) sum_t min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) [+ KL]
 
 Dynamic sampling: groups whose rewards are all equal carry no signal. With rl.loss.dynamic_sampling
-they are masked out of the loss here (and out of its token count); rl.filtering.dynamic_sampling
+they are masked out of the loss here (and out of its token count), decided on the whole rollout
+batch by the trainer (RLBatch.keep, registry.compute_keep); rl.filtering.dynamic_sampling
 makes the trainer drop them before the loss and refill the batch with new prompts.
 Inputs (RLBatch, [B, T]): logp, old_logp, mask, rewards [B], group_ids [B]; response_lengths and
 max_response_length for the overlong shaping; ref_logp for KL.
@@ -45,12 +46,20 @@ def dapo_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None)
     )
 
 
-@register_loss("dapo", advantages=dapo_advantages, kl_placement="loss")
+def dapo_keep(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> torch.Tensor | None:
+    """[B] bool, False for groups whose shaped rewards are all equal (rl.loss.dynamic_sampling);
+    None when off. Decide it on the whole rollout batch: a micro-batch holds part of a group."""
+    if not cfg.dynamic_sampling or batch.rewards is None:
+        return None
+    return dynamic_sampling_keep(dapo_rewards(batch, cfg, kl), batch.group_ids)
+
+
+@register_loss("dapo", advantages=dapo_advantages, kl_placement="loss", keep=dapo_keep)
 def dapo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
     adv = batch.advantages if batch.advantages is not None else dapo_advantages(batch, cfg, kl)
     kept_frac = None
-    if cfg.dynamic_sampling and batch.rewards is not None:
-        keep = dynamic_sampling_keep(dapo_rewards(batch, cfg, kl), batch.group_ids)
+    keep = batch.keep if batch.keep is not None else dapo_keep(batch, cfg, kl)
+    if keep is not None:
         batch = dataclasses.replace(batch, mask=batch.mask.bool() & keep.unsqueeze(-1))
         kept_frac = keep.to(torch.float32).mean()
     loss, metrics = policy_loss(batch, cfg, kl, adv)

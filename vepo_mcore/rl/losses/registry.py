@@ -4,6 +4,9 @@ A loss is `loss_fn(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) 
 Its advantage function `advantages_fn(batch, cfg, kl) -> [B, T]` is registered beside it so the
 trainer can compute advantages once on the whole global batch (set RLBatch.advantages) before
 splitting it into micro-batches; a loss given a batch without advantages computes them itself.
+Likewise an optional `keep_fn(batch, cfg, kl) -> [B] bool | None` (DAPO's dynamic sampling) decides
+on the whole batch which responses the loss trains on (RLBatch.keep): a group split over
+micro-batches is never whole inside one.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from vepo_mcore.rl.batch import RLBatch
 
 LossFn = Callable[..., tuple[torch.Tensor, dict]]
 AdvantageFn = Callable[[RLBatch, LossConfig, "KLConfig | None"], torch.Tensor]
+KeepFn = Callable[[RLBatch, LossConfig, "KLConfig | None"], "torch.Tensor | None"]
 
 
 @dataclass(frozen=True)
@@ -28,13 +32,14 @@ class LossSpec:
     loss_fn: LossFn
     advantages_fn: AdvantageFn
     kl_placement: str
+    keep_fn: KeepFn | None = None
 
 
 LOSSES: dict[str, LossSpec] = {}
 
 
 def register_loss(
-    name: str, advantages: AdvantageFn, kl_placement: str = "loss"
+    name: str, advantages: AdvantageFn, kl_placement: str = "loss", keep: KeepFn | None = None
 ) -> Callable[[LossFn], LossFn]:
     if kl_placement not in ("loss", "reward"):
         raise ValueError(f"kl_placement must be 'loss' or 'reward', got {kl_placement!r}")
@@ -42,7 +47,7 @@ def register_loss(
     def wrap(fn: LossFn) -> LossFn:
         if name in LOSSES:
             raise ValueError(f"loss {name!r} is already registered")
-        LOSSES[name] = LossSpec(name, fn, advantages, kl_placement)
+        LOSSES[name] = LossSpec(name, fn, advantages, kl_placement, keep)
         return fn
 
     return wrap
@@ -62,3 +67,9 @@ def compute_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) ->
 def compute_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> torch.Tensor:
     """The advantages cfg.name would use for `batch` (call it on the global batch), [B, T]."""
     return get_loss(cfg.name).advantages_fn(batch, cfg, kl)
+
+
+def compute_keep(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> torch.Tensor | None:
+    """[B] bool: the responses cfg.name trains on, decided on the whole batch; None = all of them."""
+    keep_fn = get_loss(cfg.name).keep_fn
+    return keep_fn(batch, cfg, kl) if keep_fn is not None else None
