@@ -66,3 +66,29 @@ def test_token_mean_counts_as_one():
     assert int(num_tokens) == 1
     ref_loss, _ = _reference(micro, logits, cfg, None)
     torch.testing.assert_close(loss.double(), ref_loss, atol=1e-5, rtol=0)
+
+
+def test_scaled_ratio_uses_untempered_logprobs_but_the_entropy_at_the_sampling_tau():
+    """ratio_mode 'scaled': r = exp((logp - old) / tau) on log softmax(z); the entropy (VEPO shaping and
+    bonus) is the sampling policy's, softmax(z / tau), not softmax(z)."""
+    micro, logits = _micro(1)
+    cfg = LossConfig(name="vepo", temperature=0.5, ratio_mode="scaled", logprob_chunk_size=4)
+    x = logits.clone().requires_grad_(True)
+    loss, _, metrics = rl_loss_func(micro, cfg, None, VOCAB, x)
+    loss.backward()
+    y = logits.clone().requires_grad_(True)
+    logp, _ = reference_logprobs_and_entropy(y, micro["labels"], 1.0, VOCAB)
+    _, ent = reference_logprobs_and_entropy(y, micro["labels"], 0.5, VOCAB)
+    fields = {k: micro[k] for k in ("old_logp", "ref_logp", "rewards", "group_ids")}
+    ref_loss, ref_metrics = compute_loss(
+        RLBatch(logp=logp, entropy=ent, mask=micro["loss_mask"], **fields), cfg
+    )
+    ref_loss.backward()
+    torch.testing.assert_close(loss.detach().double(), ref_loss.detach(), atol=1e-6, rtol=0)
+    torch.testing.assert_close(x.grad, y.grad, atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        metrics["rl/entropy"].double(), ref_metrics["rl/entropy"].double(), atol=1e-6, rtol=0
+    )
+    _, ent_tau1 = reference_logprobs_and_entropy(logits, micro["labels"], 1.0, VOCAB)
+    m = micro["loss_mask"]
+    assert abs(float((ent_tau1 * m).sum() / m.sum()) - float(metrics["rl/entropy"])) > 0.1

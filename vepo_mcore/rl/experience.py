@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from vepo_mcore.config.rl import LossConfig
 from vepo_mcore.rl.batch import RLBatch
-from vepo_mcore.rl.logprobs import logprobs_and_entropy
+from vepo_mcore.rl.logprobs import policy_logprobs_and_entropy
 from vepo_mcore.rl.sample import Sample
 
 
@@ -93,11 +93,11 @@ def broadcast_from_last_stage(tensors: list[torch.Tensor]) -> None:
 
 @torch.no_grad()
 def policy_logprobs(
-    model, exp: dict[str, Any], micro_batch_size: int, temperature: float, vocab_size: int,
-    chunk_size: int = 1024, topk_frac: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Forward-only log-probs and entropies of `exp["labels"]` under softmax(z / tau), [B, S] each,
-    on every pipeline rank (computed on the last stage and broadcast)."""
+    model, exp: dict[str, Any], micro_batch_size: int, loss_cfg: LossConfig, vocab_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward-only log-probs and entropies of `exp["labels"]`, [B, S] each, as the loss reads them
+    (rl.logprobs.policy_logprobs_and_entropy), on every pipeline rank (computed on the last stage
+    and broadcast)."""
     from megatron.core import parallel_state as ps
 
     micro = split_micro_batches(exp, micro_batch_size)
@@ -108,11 +108,7 @@ def policy_logprobs(
         logits = module(mb["tokens"], mb["position_ids"], None)
 
         def stash(output):
-            outputs.append(
-                logprobs_and_entropy(
-                    output, mb["labels"], temperature, chunk_size, vocab_size, topk_frac=topk_frac
-                )
-            )
+            outputs.append(policy_logprobs_and_entropy(output, mb["labels"], loss_cfg, vocab_size))
             return output.new_zeros(()), torch.ones((), dtype=torch.int), {}
 
         return logits, stash

@@ -306,3 +306,23 @@ def reference_logprobs_and_entropy(
     k = max(1, math.ceil(topk_frac * z.shape[-1]))
     top = logp_all.topk(k, dim=-1).values
     return logp, -(top.exp() * top).sum(-1)
+
+
+def policy_logprobs_and_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, cfg, vocab_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one rule for what an RL loss reads from the policy's logits (cfg: rl.loss, a LossConfig):
+    the log-probs its ratio uses and the entropy at the sampling temperature tau.
+
+    ratio_mode 'tempered' (SPEC default): both under softmax(z / tau). 'scaled' (the appendix
+    variant, r = exp((logp - old) / tau)): untempered log-probs, but the entropy stays the sampling
+    policy's, at tau (the VEPO shaping and bonus are about the distribution the samples come from).
+    Shapes as logprobs_and_entropy.
+    """
+    args = dict(chunk_size=cfg.logprob_chunk_size, vocab_size=vocab_size, topk_frac=cfg.entropy_topk_frac)
+    if cfg.ratio_mode == "tempered" or cfg.temperature == 1.0:
+        tau = cfg.temperature if cfg.ratio_mode == "tempered" else 1.0
+        return logprobs_and_entropy(logits, targets, tau, **args)
+    logp, _ = logprobs_and_entropy(logits, targets, 1.0, **args)
+    _, entropy = logprobs_and_entropy(logits, targets, cfg.temperature, **args)
+    return logp, entropy

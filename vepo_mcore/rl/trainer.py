@@ -169,8 +169,7 @@ class RLTrainer:
         exp = {k: v.to(device()) for k, v in xp.make_experience(samples, self.tokenizer.pad_id).items()}
         exp["max_response_length"] = cfg.rl.rollout.sampling.max_new_tokens
         mbs = cfg.training.micro_batch_size
-        tau = loss.temperature if loss.ratio_mode == "tempered" else 1.0  # as rl_loss_func computes logp
-        args = (mbs, tau, cfg.model.vocab_size, loss.logprob_chunk_size, loss.entropy_topk_frac)
+        args = (mbs, loss, cfg.model.vocab_size)  # log-probs and entropy as the loss reads them
         exp["old_logp"], exp["entropy"] = xp.policy_logprobs(self.model, exp, *args)
         exp["ref_logp"], _ = xp.policy_logprobs(self.reference, exp, *args)
         if self.critic is not None:

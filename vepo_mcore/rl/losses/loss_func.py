@@ -28,7 +28,7 @@ import torch
 
 from vepo_mcore.config.rl import KLConfig, LossConfig
 from vepo_mcore.rl.batch import RLBatch
-from vepo_mcore.rl.logprobs import logprobs_and_entropy
+from vepo_mcore.rl.logprobs import policy_logprobs_and_entropy
 from vepo_mcore.rl.losses.registry import compute_loss
 
 _RL_FIELDS = {f.name for f in dataclasses.fields(RLBatch)} - {
@@ -44,11 +44,7 @@ def rl_loss_func(
     micro: dict, cfg: LossConfig, kl: KLConfig | None, vocab_size: int, logits: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Vocab-parallel logits [b, s, V_pad / TP] of the last pipeline stage -> (loss, num_tokens, metrics)."""
-    # 'scaled' ratios (appendix) take untempered log-probs and divide their difference by tau
-    tau = cfg.temperature if cfg.ratio_mode == "tempered" else 1.0
-    logp, entropy = logprobs_and_entropy(
-        logits, micro["labels"], tau, cfg.logprob_chunk_size, vocab_size, topk_frac=cfg.entropy_topk_frac
-    )
+    logp, entropy = policy_logprobs_and_entropy(logits, micro["labels"], cfg, vocab_size)
     mask = micro["loss_mask"].bool()
     extra = {k: v for k, v in micro.items() if k in _RL_FIELDS}
     per_token = cfg.loss_agg == "global_tokens"
