@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from vepo_mcore.eval.heldout import METRICS, paired_deltas, read_records, summarize
+from vepo_mcore.rl.rewards.constraints import PAPER_VEPO_7B
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 CURVES = (
@@ -51,8 +52,10 @@ def seed_result(root: Path) -> dict:
     return result
 
 
-def constraint_tables(root: Path, out_dir: Path) -> None:
-    """tools/verify_constraints.py on the SFT and RL hypotheses of one seed (markdown + JSON)."""
+def constraint_tables(root: Path, out_dir: Path) -> dict[str, dict]:
+    """tools/verify_constraints.py on the SFT and RL hypotheses of one seed (markdown + JSON);
+    returns each policy's overall row (percent)."""
+    rows = {}
     for name in ("sft", "rl"):
         records = read_records(root / f"heldout_{name}.jsonl")
         hyps = out_dir / f"{root.name}_{name}_hyps.jsonl"
@@ -64,6 +67,9 @@ def constraint_tables(root: Path, out_dir: Path) -> None:
                         "--out", str(out_dir / f"{root.name}_constraints_{name}")],
                        check=True, stdout=subprocess.DEVNULL)  # fmt: skip
         hyps.unlink()
+        table = json.loads((out_dir / f"{root.name}_constraints_{name}.json").read_text())
+        rows[name] = table["overall"]
+    return rows
 
 
 def _rl_history(root: Path) -> list[dict]:
@@ -85,8 +91,8 @@ def write_report(seed_dirs: list[Path], shared_dir: Path, out_dir: str | Path) -
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seeds = [seed_result(root) for root in seed_dirs]
-    for root in seed_dirs:
-        constraint_tables(root, out)
+    for root, seed in zip(seed_dirs, seeds):
+        seed["constraint_table"] = constraint_tables(root, out)
     shared = (
         json.loads((shared_dir / "timings.json").read_text())
         if (shared_dir / "timings.json").is_file()
@@ -140,6 +146,18 @@ def results_markdown(summary: dict) -> str:
     for s in summary["per_seed"]:
         cells = [f"[{lo:+.1f}, {hi:+.1f}]" for lo, hi in (s["delta_ci95"][n] for n in names)]
         lines.append(f"| seed {s['seed']} | " + " | ".join(cells) + " |")
+    lines += ["", "The paper's constraint table (tools/verify_constraints.py on the same hypotheses; Format is",
+              "rated only where the source has structure, N of them):", "",
+              "| system | Lang | Length | Format (N) | Mixing | Overall |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for s in summary["per_seed"]:
+        for name in ("sft", "rl"):
+            row = s["constraint_table"][name]
+            fmt = "n/a" if row["format"] is None else f"{row['format']:.1f}"
+            lines.append(f"| {name.upper()}, seed {s['seed']} | {row['lang']:.1f} | {row['length']:.1f} | "
+                         f"{fmt} ({row['format_n']}) | {row['mixing']:.1f} | {row['overall']:.1f} |")  # fmt: skip
+    paper = PAPER_VEPO_7B
+    lines.append(f"| paper, VEPO-7B (90 directions) | {paper['lang']} | {paper['length']} | {paper['format']} | "
+                 f"{paper['mixing']} | {paper['overall']} |")  # fmt: skip
     lines += ["", "Stage wall times (s, mean over seeds; tokenizer and data once):", "",
               "| " + " | ".join(summary["stage_wall_s"]) + " |",
               "|" + "---|" * len(summary["stage_wall_s"]),
