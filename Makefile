@@ -8,7 +8,7 @@ PYTHON ?= python3
 TORCH_CPU ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup test quickstart lint format clean
+.PHONY: setup test quickstart toy lint format clean
 
 setup: $(VENV)/.installed
 
@@ -27,6 +27,10 @@ test: setup
 
 quickstart: setup
 	bash examples/quickstart_cpu.sh
+
+# The toy recipe that learns: 3 seeds of the whole chain (~35 min each on 2 cores) -> reports/toy/
+toy: setup
+	$(PY) tools/run_toy.py --seeds 0 1 2
 
 lint: setup
 	$(VENV)/bin/ruff check .
