@@ -5,7 +5,7 @@
   python tools/evaluate.py --hyp-dir new/ --baseline-hyp-dir old/ --out cmp/    # + paired bootstrap
   python tools/evaluate.py --hyp-dir hyps/ --eval.spm_model flores200.spm --eval.comet_checkpoint model.ckpt
   python tools/evaluate.py --hf-model ckpt/hf --engine sglang --out reports/eval/vepo   # translate, then score
-  python tools/evaluate.py --checkpoint runs/quickstart/rl --out reports/eval/rl          # Megatron checkpoint
+  python tools/evaluate.py --checkpoint runs/toy/seed0/rl --out reports/eval/rl          # Megatron checkpoint
 
 --hf-model translates greedily with a rollout engine (SGLang on GPU; fake_sglang runs tiny models on
 CPU) into OUT/hyps/{src}-{tgt}.txt, resuming finished directions, then scores them like --hyp-dir.

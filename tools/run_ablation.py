@@ -4,7 +4,7 @@ into one figure and a CSV.
 
     python tools/run_ablation.py --out reports/ablation --steps 6
     python tools/run_ablation.py --out /tmp/abl --algorithms vepo,grpo --kl none,k3 --steps 3 \
-        --init runs/quickstart/sft              # start every run from the same SFT checkpoint
+        --init runs/toy/seed0/sft               # start every run from the same SFT checkpoint
 
 Extra --section.field flags apply to every run (e.g. --rl.prompts_per_step 8). Runs keep no
 checkpoints; their per-step metrics go to OUT/histories.json.

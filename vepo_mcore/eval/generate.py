@@ -1,7 +1,7 @@
 """Translate FLORES with a trained checkpoint through a rollout engine, writing hypothesis files
 that `tools/evaluate.py` scores (`--checkpoint` runs this first).
 
-    translate_checkpoint("runs/quickstart/sft", "runs/quickstart/hyp_sft", directions="en-th,th-en")
+    translate_checkpoint("runs/toy/seed0/sft", "runs/toy/seed0/hyp_sft", directions="en-th,th-en")
 
 The checkpoint's own config.yaml (written beside every training checkpoint) gives the model
 shape; its `tokenizer/` copy (or tokenizer.path) the tokenizer. Decoding is greedy by default.

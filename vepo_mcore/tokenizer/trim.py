@@ -122,8 +122,7 @@ def trim_tokenizer(
     # Order: the prefix's tokens (its regular tokens, then its added tokens), or the regular tokens
     # kept by source id then the added tokens; then whatever else is kept, by source id.
     head = prefix_tokens or [*sorted(kept, key=model["vocab"].get), *sorted(added, key=added.get)]
-    seen = set(head)
-    tail = sorted((kept | set(added)) - seen, key=model["vocab"].get)
+    tail = sorted((kept | set(added)) - set(head), key=model["vocab"].get)
     order = head + tail
     keep = set(order)
     new_vocab = {token: i for i, token in enumerate(order)}
