@@ -33,7 +33,8 @@ SEED="$OUT/toy/seed0"
 stage 1/4 "toy recipe: tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> held-out eval (tools/run_toy.py)"
 # shellcheck disable=SC2086  # TOY_ARGS is a list of flags
 "$PY" tools/run_toy.py --out "$OUT/toy" --seeds 0 --directions "$DIRECTIONS" --eval-sentences "$EVAL_SENTENCES" \
-  --iters base="$BASE_ITERS" cpt="$CPT_ITERS" sft="$SFT_ITERS" rl="$RL_ITERS" --no-report $TOY_ARGS
+  --iters base="$BASE_ITERS" cpt="$CPT_ITERS" sft="$SFT_ITERS" rl="$RL_ITERS" --no-report \
+  --set all.training.logging.log_interval=5 $TOY_ARGS
 
 stage 2/4 "reward model from the SFT checkpoint: corrupted FLORES pairs, 10 error categories"
 MODEL=$("$PY" - "$SEED/sft" <<'EOF'

@@ -37,8 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/toy", help="run directory (shared/ and seed<N>/)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--directions", default="en-th,en-vi,th-en,vi-en")
-    p.add_argument("--iters", nargs="*", default=[], metavar="STAGE=N", help="train_iters per stage")
-    p.add_argument("--set", nargs="*", default=[], metavar="STAGE.FIELD=VALUE", help="per-stage overrides")
+    p.add_argument(
+        "--iters", nargs="*", action="extend", default=[], metavar="STAGE=N", help="train_iters per stage"
+    )
+    p.add_argument(
+        "--set",
+        nargs="*",
+        action="extend",
+        default=[],
+        metavar="STAGE.FIELD=VALUE",
+        help="per-stage overrides",
+    )
     p.add_argument("--eval-sentences", type=int, default=50, help="devtest sentences per direction")
     p.add_argument("--max-new-tokens", type=int, default=96, help="evaluation length cap")
     p.add_argument("--nproc", type=int, default=1, help="training processes")

@@ -84,8 +84,9 @@ def test_sft_policy_stops_and_rl_moves_a_held_out_metric(quickstart):
     qs, _ = quickstart
     seed = qs / "toy" / "seed0"
     before, sft, rl = (summarize(read_records(seed / f"heldout_{n}.jsonl")) for n in ("cpt", "sft", "rl"))
-    assert before["stop_rate"] < 50.0  # the CPT model has never seen <|im_end|> end an answer
-    assert sft["stop_rate"] >= 90.0
+    # the CPT model has never seen a translation turn end (it may stop on <|endoftext|>, but not
+    # in the target language); SFT teaches both
+    assert sft["stop_rate"] >= 90.0 and sft["lang_pass"] > before["lang_pass"] + 20.0
     assert rl["overall_pass"] > sft["overall_pass"] or rl["chrf"] > sft["chrf"]
     assert rl["stop_rate"] >= sft["stop_rate"] - 5.0
 
