@@ -21,7 +21,7 @@ from vepo_mcore.rl.rewards.constraints import PAPER_VEPO_7B
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 CURVES = (
-    ("rollout/reward_mean", "reward (normalised total, all candidates)"),
+    ("reward/total", "reward (raw weighted total, all candidates)"),
     ("reward/mt", "R_mt: chrF++ / 100"),
     ("rollout/entropy", "token entropy (nats)"),
     ("rollout/len_mean", "response length (tokens)"),
