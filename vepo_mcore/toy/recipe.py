@@ -156,10 +156,9 @@ def build_shared(plan: ToyPlan) -> dict[str, Path]:
             shared / "logs" / "expand_tokenizer.log",
         ),  # fmt: skip
     )
-    directions = [(d.src, d.tgt) for d in parse_directions(plan.directions)]
-    conversations = direction_examples(directions)
 
     def data_and_trim() -> None:
+        conversations = direction_examples([(d.src, d.tgt) for d in parse_directions(plan.directions)])
         base = load_tokenizer()
         paths["sft"].parent.mkdir(parents=True, exist_ok=True)
         paths["sft"].write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in conversations))
