@@ -54,9 +54,11 @@ SPEC_METRICS = (
 
 
 def test_rl_runs_logs_checkpoints_and_resumes_exactly(tmp_path):
-    straight, first, resumed = _run(
-        [_cfg(tmp_path / "a", 2), _cfg(tmp_path / "b", 1), _cfg(tmp_path / "b", 2)], tmp_path
-    )
+    straight, first, resumed, sparse_kl = _run(
+        [_cfg(tmp_path / "a", 2), _cfg(tmp_path / "b", 1), _cfg(tmp_path / "b", 2),
+         _cfg(tmp_path / "c", 2, "--rl.kl.measure_interval", "2")],
+        tmp_path,
+    )  # fmt: skip
     assert [r["step"] for r in straight] == [1, 2]
     for key in SPEC_METRICS:
         assert key in straight[0], f"missing metric {key}"
@@ -76,6 +78,11 @@ def test_rl_runs_logs_checkpoints_and_resumes_exactly(tmp_path):
         "train/grad_norm",
     ):
         assert resumed[0][key] == straight[1][key], key
+    # KL not optimised and measured every 2nd step: the reference pass is skipped in between,
+    # and the training itself is unchanged.
+    assert "rl/kl_k3" in sparse_kl[0] and "rl/kl_k3" not in sparse_kl[1]
+    assert sparse_kl[0]["rl/kl_k3"] == straight[0]["rl/kl_k3"]
+    assert sparse_kl[1]["train/loss"] == straight[1]["train/loss"]
 
 
 @pytest.mark.parametrize("loss", ["grpo", "ppo", "dapo"])

@@ -74,6 +74,9 @@ class KLConfig:
     placement: Literal["auto", "loss", "reward"] = "auto"
     """Add the KL to the loss (GRPO style) or subtract it from the reward (REINFORCE++ style);
     'auto' = the algorithm's own choice (loss: vepo, grpo, dapo; reward: ppo, rloo, reinforce_pp)."""
+    measure_interval: int = 1
+    """When no estimator is optimised, run the reference forward pass (and log rl/kl_k1..k3) only
+    every N RL steps: the pass costs about a third of the experience time and measures only."""
 
 
 @dataclass(kw_only=True)
@@ -149,6 +152,8 @@ class RLConfig:
             raise ValueError(f"rl.loss.overlong_buffer must be >= 0, got {self.loss.overlong_buffer}")
         if self.kl.coef < 0:
             raise ValueError(f"rl.kl.coef must be >= 0, got {self.kl.coef}")
+        if self.kl.measure_interval < 1:
+            raise ValueError(f"rl.kl.measure_interval must be >= 1, got {self.kl.measure_interval}")
         if self.filtering.num_candidates < self.filtering.group_size:
             raise ValueError(
                 f"rl.filtering.num_candidates ({self.filtering.num_candidates}) must be >= "

@@ -68,7 +68,7 @@ class RLTrainer:
             if load_checkpoint(ckpt.load, self.model, finetune=True) is None:
                 raise FileNotFoundError(f"training.checkpoint.load={ckpt.load} holds no checkpoint")
             self.optimizer.reload_model_params()
-        # The frozen reference is the initial policy (KL k1/k2/k3 are always measured).
+        # The frozen reference is the initial policy (KL k1/k2/k3 are measured every kl.measure_interval steps).
         self.reference = build_model(cfg).eval().requires_grad_(False)
         self.reference.load_state_dict(unwrap(self.model).state_dict())
         self.critic = self.critic_optimizer = self.critic_scheduler = None
@@ -171,12 +171,13 @@ class RLTrainer:
         mbs = cfg.training.micro_batch_size
         args = (mbs, loss, cfg.model.vocab_size)  # log-probs and entropy as the loss reads them
         exp["old_logp"], exp["entropy"] = xp.policy_logprobs(self.model, exp, *args)
-        exp["ref_logp"], _ = xp.policy_logprobs(self.reference, exp, *args)
+        if self.needs_reference():
+            exp["ref_logp"], _ = xp.policy_logprobs(self.reference, exp, *args)
         if self.critic is not None:
             exp["old_values"] = xp.critic_values(self.critic, exp, mbs)
         batch = RLBatch(
             logp=exp["old_logp"], old_logp=exp["old_logp"], mask=exp["loss_mask"], entropy=exp["entropy"],
-            ref_logp=exp["ref_logp"], rewards=exp["rewards"], group_ids=exp["group_ids"],
+            ref_logp=exp.get("ref_logp"), rewards=exp["rewards"], group_ids=exp["group_ids"],
             old_values=exp.get("old_values"), response_lengths=exp["response_lengths"],
             max_response_length=exp["max_response_length"], std_group=_dp_group(),
         )  # fmt: skip
@@ -190,6 +191,11 @@ class RLTrainer:
             exp["returns"] = ppo_gae(batch, loss, cfg.rl.kl)[1]
         metrics.update(_experience_metrics(samples, exp))
         return exp
+
+    def needs_reference(self) -> bool:
+        """The reference pass runs every step when a KL is optimised, else every kl.measure_interval steps."""
+        kl = self.cfg.rl.kl
+        return kl.estimator != "none" or self.iteration % max(kl.measure_interval, 1) == 0
 
     def train(self, exp: dict[str, Any]) -> dict[str, float]:
         """ppo_epochs x mini_batches optimizer steps of the policy (and the critic for PPO)."""
