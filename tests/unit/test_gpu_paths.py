@@ -143,11 +143,14 @@ def test_rl_forward_step_default_positions_follow_the_tokens():
 
     seen = {}
 
-    def model(tokens, positions, mask):
+    def model(tokens, positions, mask, output_mask):
         seen["positions"] = positions
-        return torch.empty(*tokens.shape, 8, device=tokens.device)
+        return torch.empty(1, 6, 8, device=tokens.device)
 
-    micro = {"tokens": torch.zeros(2, 3, dtype=torch.long, device=META)}
+    micro = {
+        "tokens": torch.zeros(2, 3, dtype=torch.long, device=META),
+        "loss_mask": torch.ones(2, 3, dtype=torch.bool, device=META),
+    }
     rl_forward_step(iter([micro]), model, cfg=LossConfig(), kl=None, vocab_size=8)
     assert seen["positions"].device == META
 
@@ -259,7 +262,7 @@ def test_rl_loss_func_forward_and_backward_stay_on_the_logits_device(name, agg):
     from vepo_mcore.config.rl import KLConfig
     from vepo_mcore.rl.losses.loss_func import rl_loss_func
 
-    logits = torch.empty(2, 5, 16, device=META, requires_grad=True)
+    logits = torch.empty(1, 10, 16, device=META, requires_grad=True)  # output_mask: all 2 x 5 positions
     cfg = LossConfig(name=name, loss_agg=agg, entropy_topk_frac=0.25 if name == "vepo" else None)
     with fx_config.patch(meta_nonzero_assume_all_nonzero=True):  # metrics select masked tokens
         loss, num_tokens, metrics = rl_loss_func(_rl_micro(META), cfg, KLConfig(), 16, logits)

@@ -29,6 +29,11 @@ def _micro(seed=0):
     }, torch.randn(3, 6, PADDED, generator=g, dtype=torch.float64)
 
 
+def _selected(logits, micro):
+    """What QwenGPTModel returns for output_mask=loss_mask: the masked positions' logits, [1, N, V]."""
+    return logits[micro["loss_mask"]].unsqueeze(0)
+
+
 def _reference(micro, logits, cfg, kl, **batch_extra):
     x = logits.clone().requires_grad_(True)
     logp, ent = reference_logprobs_and_entropy(x, micro["labels"], cfg.temperature, VOCAB)
@@ -45,7 +50,7 @@ def test_global_tokens_returns_the_token_sum_and_count():
     cfg = LossConfig(name="vepo", temperature=0.7, loss_agg="global_tokens", logprob_chunk_size=4)
     kl = KLConfig(estimator="k2", coef=0.1)
     x = logits.clone().requires_grad_(True)
-    loss, num_tokens, metrics = rl_loss_func(micro, cfg, kl, VOCAB, x)
+    loss, num_tokens, metrics = rl_loss_func(micro, cfg, kl, VOCAB, _selected(x, micro))
     loss.backward()
     n = int(micro["loss_mask"].sum())
     assert int(num_tokens) == n
@@ -62,7 +67,7 @@ def test_global_tokens_returns_the_token_sum_and_count():
 def test_token_mean_counts_as_one():
     micro, logits = _micro(1)
     cfg = LossConfig(name="grpo", temperature=1.0)
-    loss, num_tokens, _ = rl_loss_func(micro, cfg, None, VOCAB, logits.float())
+    loss, num_tokens, _ = rl_loss_func(micro, cfg, None, VOCAB, _selected(logits.float(), micro))
     assert int(num_tokens) == 1
     ref_loss, _ = _reference(micro, logits, cfg, None)
     torch.testing.assert_close(loss.double(), ref_loss, atol=1e-5, rtol=0)
@@ -74,7 +79,7 @@ def test_scaled_ratio_uses_untempered_logprobs_but_the_entropy_at_the_sampling_t
     micro, logits = _micro(1)
     cfg = LossConfig(name="vepo", temperature=0.5, ratio_mode="scaled", logprob_chunk_size=4)
     x = logits.clone().requires_grad_(True)
-    loss, _, metrics = rl_loss_func(micro, cfg, None, VOCAB, x)
+    loss, _, metrics = rl_loss_func(micro, cfg, None, VOCAB, _selected(x, micro))
     loss.backward()
     y = logits.clone().requires_grad_(True)
     logp, _ = reference_logprobs_and_entropy(y, micro["labels"], 1.0, VOCAB)

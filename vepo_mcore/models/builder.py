@@ -113,7 +113,8 @@ def build_model(
     post_process: bool | None = None,
     init_weights: bool = True,
 ):
-    """This rank's GPTModel stage; megatron parallel state must be initialised first.
+    """This rank's GPTModel stage (QwenGPTModel: + `output_mask`, models/gpt.py); megatron parallel
+    state must be initialised first.
 
     Logits come out vocab-parallel ([batch, seq, padded_vocab / TP]) for the fused log-prob path.
     `init_weights=False` allocates without initialising (a checkpoint overwrites every weight):
@@ -121,7 +122,7 @@ def build_model(
     would triple the peak memory of a conversion.
     """
     from megatron.core import parallel_state
-    from megatron.core.models.gpt import GPTModel
+    from vepo_mcore.models.gpt import QwenGPTModel
 
     if not parallel_state.model_parallel_is_initialized():
         raise RuntimeError(
@@ -134,7 +135,7 @@ def build_model(
         post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=True)
     config = transformer_config(cfg)
     config.perform_initialization = init_weights
-    model = GPTModel(
+    model = QwenGPTModel(
         config=config,
         transformer_layer_spec=layer_spec(cfg),
         vocab_size=model_vocab_size(cfg),

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from vepo_mcore.config.rl import LossConfig
 from vepo_mcore.rl.batch import RLBatch
-from vepo_mcore.rl.logprobs import policy_logprobs_and_entropy
+from vepo_mcore.rl.logprobs import masked_policy_logprobs_and_entropy
 from vepo_mcore.rl.sample import Sample
 
 
@@ -105,10 +105,11 @@ def policy_logprobs(
 
     def forward_step(data_iterator, module):
         mb = next(data_iterator)
-        logits = module(mb["tokens"], mb["position_ids"], None)
+        mask = mb["loss_mask"].bool()  # logits of the response positions only
+        logits = module(mb["tokens"], mb["position_ids"], None, output_mask=mask)
 
         def stash(output):
-            outputs.append(policy_logprobs_and_entropy(output, mb["labels"], loss_cfg, vocab_size))
+            outputs.append(masked_policy_logprobs_and_entropy(output, mb["labels"], mask, loss_cfg, vocab_size))
             return output.new_zeros(()), torch.ones((), dtype=torch.int), {}
 
         return logits, stash

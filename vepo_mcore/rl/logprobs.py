@@ -326,3 +326,17 @@ def policy_logprobs_and_entropy(
     logp, _ = logprobs_and_entropy(logits, targets, 1.0, **args)
     _, entropy = logprobs_and_entropy(logits, targets, cfg.temperature, **args)
     return logp, entropy
+
+
+def masked_policy_logprobs_and_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, cfg, vocab_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """policy_logprobs_and_entropy from the logits of the masked positions only.
+
+    logits [1, N, V_pad / TP]: QwenGPTModel's output for `output_mask=mask` (the N positions where
+    mask is True, in row-major order); targets, mask [b, s] -> log-probs and entropy [b, s], 0
+    where mask is off.
+    """
+    logp, entropy = policy_logprobs_and_entropy(logits, targets[mask].unsqueeze(0), cfg, vocab_size)
+    zeros = torch.zeros(mask.shape, dtype=logp.dtype, device=logp.device)
+    return zeros.masked_scatter(mask, logp[0]), zeros.masked_scatter(mask, entropy[0])

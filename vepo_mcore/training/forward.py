@@ -65,5 +65,6 @@ def forward_step(data_iterator: Iterator[dict], model: torch.nn.Module) -> tuple
         batch["position_ids"],
         batch.get("attention_mask"),
         labels=batch["labels"],
+        output_mask=batch["loss_mask"] > 0,  # the output layer only where the loss counts
     )
     return output, partial(masked_token_loss, batch["loss_mask"])

@@ -9,8 +9,9 @@ name, aligned with `labels`: `old_logp`, `ref_logp` ([b, s]); `rewards`, `group_
 `response_lengths` ([b]); `advantages`, `old_values`, `returns` ([b, s]); scalars
 `global_num_tokens`, `max_response_length`.
 
-Logits stay vocab-parallel ([b, s, V_pad / TP]) until rl.logprobs turns them into the log-prob
-and entropy of each label. `loss_func` returns megatron's 3-tuple (loss, num_tokens, metrics),
+The model runs its output layer on the response positions only (QwenGPTModel's `output_mask`);
+those logits stay vocab-parallel ([1, N, V_pad / TP]) until rl.logprobs turns them into the
+log-prob and entropy of each label, scattered back to [b, s]. `loss_func` returns megatron's 3-tuple (loss, num_tokens, metrics),
 made for `calculate_per_token_loss=True` (megatron then divides gradients by the token count of
 the whole global batch, across micro-batches and DP ranks):
 - loss_agg 'global_tokens': (sum over response tokens, response tokens here) -> exactly the
@@ -28,7 +29,7 @@ import torch
 
 from vepo_mcore.config.rl import KLConfig, LossConfig
 from vepo_mcore.rl.batch import RLBatch
-from vepo_mcore.rl.logprobs import policy_logprobs_and_entropy
+from vepo_mcore.rl.logprobs import masked_policy_logprobs_and_entropy
 from vepo_mcore.rl.losses.registry import compute_loss
 
 _RL_FIELDS = {f.name for f in dataclasses.fields(RLBatch)} - {
@@ -43,9 +44,10 @@ _RL_FIELDS = {f.name for f in dataclasses.fields(RLBatch)} - {
 def rl_loss_func(
     micro: dict, cfg: LossConfig, kl: KLConfig | None, vocab_size: int, logits: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """Vocab-parallel logits [b, s, V_pad / TP] of the last pipeline stage -> (loss, num_tokens, metrics)."""
-    logp, entropy = policy_logprobs_and_entropy(logits, micro["labels"], cfg, vocab_size)
+    """Vocab-parallel logits [1, N, V_pad / TP] of the N response positions (the model's
+    `output_mask`) on the last pipeline stage -> (loss, num_tokens, metrics)."""
     mask = micro["loss_mask"].bool()
+    logp, entropy = masked_policy_logprobs_and_entropy(logits, micro["labels"], mask, cfg, vocab_size)
     extra = {k: v for k, v in micro.items() if k in _RL_FIELDS}
     per_token = cfg.loss_agg == "global_tokens"
     if per_token:
@@ -73,5 +75,5 @@ def rl_forward_step(
     positions = micro.get("position_ids")
     if positions is None:
         positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0).expand_as(tokens)
-    output = model(tokens, positions, micro.get("attention_mask"))
+    output = model(tokens, positions, micro.get("attention_mask"), output_mask=micro["loss_mask"].bool())
     return output, partial(rl_loss_func, micro, cfg, kl, vocab_size)
