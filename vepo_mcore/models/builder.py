@@ -122,6 +122,7 @@ def build_model(
     would triple the peak memory of a conversion.
     """
     from megatron.core import parallel_state
+
     from vepo_mcore.models.gpt import QwenGPTModel
 
     if not parallel_state.model_parallel_is_initialized():

@@ -109,7 +109,9 @@ def policy_logprobs(
         logits = module(mb["tokens"], mb["position_ids"], None, output_mask=mask)
 
         def stash(output):
-            outputs.append(masked_policy_logprobs_and_entropy(output, mb["labels"], mask, loss_cfg, vocab_size))
+            outputs.append(
+                masked_policy_logprobs_and_entropy(output, mb["labels"], mask, loss_cfg, vocab_size)
+            )
             return output.new_zeros(()), torch.ones((), dtype=torch.int), {}
 
         return logits, stash
