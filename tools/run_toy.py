@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--eval-sentences", type=int, default=50, help="devtest sentences per direction")
     p.add_argument("--max-new-tokens", type=int, default=96, help="evaluation length cap")
+    p.add_argument("--rl-holdout", type=int, default=0, metavar="N",
+                   help="the last N dev sentences are RL prompts only (not SFT data)")  # fmt: skip
     p.add_argument("--nproc", type=int, default=1, help="training processes")
     p.add_argument("--threads", type=int, default=2, help="threads per process")
     p.add_argument("--report-dir", default="reports/toy", help="where summary.json and results.md go")
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides.setdefault(stage, []).extend([f"--{field}", value])
     plan = ToyPlan(out=Path(args.out), seeds=args.seeds, directions=args.directions, nproc=args.nproc,
                    threads=args.threads, iters=iters, overrides=overrides, eval_sentences=args.eval_sentences,
-                   max_new_tokens=args.max_new_tokens)  # fmt: skip
+                   max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout)  # fmt: skip
     seed_dirs = run_toy(plan)
     if args.no_report:
         return 0

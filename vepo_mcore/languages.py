@@ -77,6 +77,24 @@ def load_flores(code: str, split: str = "devtest") -> list[str]:
     return flores_path(code, split).read_text(encoding="utf-8").splitlines()
 
 
+def sentence_range(spec: str) -> slice:
+    """'800:' / ':800' / '100:200' / ':' -> the slice of a FLORES split's (line-aligned) sentences.
+
+    How SFT and RL share one split without sharing sentences: SFT on dev[:800], RL prompts from
+    dev[800:], so RL sees prompts the policy has not memorised.
+    """
+    start, sep, stop = spec.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        bounds = [int(x) if x.strip() else None for x in (start, stop)]
+    except ValueError:
+        raise ValueError(f"sentence range {spec!r}: expected START:STOP like '800:' or ':800'") from None
+    if any(b is not None and b < 0 for b in bounds):
+        raise ValueError(f"sentence range {spec!r}: indices must be >= 0")
+    return slice(*bounds)
+
+
 def default_tokenizer_dir() -> Path:
     """The Qwen2.5 tokenizer shipped in vepo_mcore/assets (151,665 ids)."""
     return ASSETS / "qwen2.5-tokenizer"

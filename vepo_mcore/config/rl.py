@@ -140,6 +140,9 @@ class RLConfig:
     """Translation directions used for prompts (like eval.directions)."""
     prompt_split: str = "dev"
     """FLORES split the prompts come from."""
+    prompt_sentences: str = ":"
+    """Which sentences of that split, as START:STOP ('800:' = from the 801st on): keeps RL prompts
+    apart from sentences the SFT data already translated (the policy has memorised those)."""
 
     def validate(self) -> None:
         from vepo_mcore.rl.losses import LOSSES  # lazy: the loss modules import this config
@@ -152,6 +155,9 @@ class RLConfig:
             raise ValueError(f"rl.loss.overlong_buffer must be >= 0, got {self.loss.overlong_buffer}")
         if self.kl.coef < 0:
             raise ValueError(f"rl.kl.coef must be >= 0, got {self.kl.coef}")
+        from vepo_mcore.languages import sentence_range
+
+        sentence_range(self.prompt_sentences)  # raises on a malformed range
         if self.kl.measure_interval < 1:
             raise ValueError(f"rl.kl.measure_interval must be >= 1, got {self.kl.measure_interval}")
         if self.filtering.num_candidates < self.filtering.group_size:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from vepo_mcore.config.data import SFTPhaseConfig
-from vepo_mcore.languages import EXPANDED_LANGS, LANGS, language, load_flores
+from vepo_mcore.languages import EXPANDED_LANGS, LANGS, language, load_flores, sentence_range
 
 SOURCES = ("general", "multilingual", "translation", "reasoning")
 
@@ -82,8 +82,11 @@ def translation_examples(n: int, rng: np.random.Generator) -> list[dict]:
     return out
 
 
-def direction_examples(directions: list[tuple[str, str]], split: str = "dev") -> list[dict]:
-    """Every FLORES `split` sentence of every (src, tgt) direction as one translation conversation.
+def direction_examples(
+    directions: list[tuple[str, str]], split: str = "dev", sentences: str = ":"
+) -> list[dict]:
+    """Every FLORES `split` sentence (in the START:STOP range `sentences`) of every (src, tgt)
+    direction as one translation conversation.
 
     The user turn is the evaluation and RL prompt (eval.translate.DEFAULT_TEMPLATE, written out here
     so this layer does not import eval), so SFT, RL and evaluation see one prompt format.
@@ -92,7 +95,8 @@ def direction_examples(directions: list[tuple[str, str]], split: str = "dev") ->
         raise ValueError(f"SFT data comes from FLORES dev only (devtest is for evaluation), got {split!r}")
     out = []
     for src, tgt in directions:
-        sources, targets = load_flores(src, split), load_flores(tgt, split)
+        rows = sentence_range(sentences)
+        sources, targets = load_flores(src, split)[rows], load_flores(tgt, split)[rows]
         s, t = language(src).name, language(tgt).name
         out += [
             _chat(f"Translate the following {s} text into {t}.\n\n{x}", y) for x, y in zip(sources, targets)

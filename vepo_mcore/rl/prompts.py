@@ -1,6 +1,6 @@
 """RL prompts: FLORES translation requests in ChatML over the configured directions.
 
-    prompts = TranslationPrompts(tokenizer, directions="all", split="dev", seed=1234)
+    prompts = TranslationPrompts(tokenizer, directions="all", split="dev", seed=1234, sentences="800:")
     batch = prompts.next_batch(8)          # list[Sample] with prompt, prompt_ids, source, reference
     state = prompts.state_dict()           # saved in RL checkpoints; resume continues exactly
 
@@ -15,7 +15,7 @@ import random
 
 from vepo_mcore.eval.directions import Direction, parse_directions
 from vepo_mcore.eval.translate import DEFAULT_TEMPLATE, format_prompt
-from vepo_mcore.languages import load_flores
+from vepo_mcore.languages import load_flores, sentence_range
 from vepo_mcore.rl.sample import Sample
 
 
@@ -30,6 +30,7 @@ class TranslationPrompts:
         seed: int = 1234,
         max_sentences: int | None = None,
         template: str = DEFAULT_TEMPLATE,
+        sentences: str = ":",
     ):
         self.tokenizer = tokenizer
         self.template = template
@@ -37,7 +38,10 @@ class TranslationPrompts:
         langs = sorted({d.src for d in self.directions} | {d.tgt for d in self.directions})
         self.text = {lang: load_flores(lang, split)[:max_sentences] for lang in langs}
         n = min(len(lines) for lines in self.text.values())
-        self.items = [(d, i) for d in self.directions for i in range(n)]
+        indices = range(n)[sentence_range(sentences)]  # FLORES line numbers, kept in the metadata
+        if not indices:
+            raise ValueError(f"rl.prompt_sentences {sentences!r} selects none of the {n} {split} sentences")
+        self.items = [(d, i) for d in self.directions for i in indices]
         self.seed = seed
         self.epoch = 0
         self.position = 0
@@ -81,7 +85,7 @@ class TranslationPrompts:
         if state.get("size") != len(self.items) or state.get("seed") != self.seed:
             raise ValueError(
                 f"prompt iterator state {state} does not match this prompt set "
-                f"(size {len(self.items)}, seed {self.seed}): rl.directions / rl.prompt_split / seed changed"
+                f"(size {len(self.items)}, seed {self.seed}): rl.directions / rl.prompt_split / rl.prompt_sentences / seed changed"
             )
         self.epoch, self.position = state["epoch"], state["position"]
         self._order = self._permutation()

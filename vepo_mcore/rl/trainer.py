@@ -80,7 +80,11 @@ class RLTrainer:
             self.critic_scheduler = build_scheduler(self.critic_optimizer, cfg)
 
         self.prompts = TranslationPrompts(
-            self.tokenizer, cfg.rl.directions, cfg.rl.prompt_split, seed=cfg.training.seed
+            self.tokenizer,
+            cfg.rl.directions,
+            cfg.rl.prompt_split,
+            seed=cfg.training.seed,
+            sentences=cfg.rl.prompt_sentences,
         )
         self.iteration, self.history = 0, []
         if ckpt.save:

@@ -55,6 +55,9 @@ class ToyPlan:
     """stage (base, cpt, sft, rl, or all) -> extra dotted overrides (--rl.loss.name grpo ...)."""
     eval_sentences: int = 50
     max_new_tokens: int = 96
+    rl_holdout: int = 0
+    """> 0: the last N FLORES dev sentences leave the SFT data and are the RL prompts (the
+    tokenizer and CPT still see all of dev); 0: SFT and RL share all of dev."""
     log: object = sys.stdout
 
     @property
@@ -207,11 +210,13 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
 
     base_data = _data_paths({"en": paths["base_data"] / "cpt_en_text_document"})
     cpt_data = _data_paths({lang: paths["cpt_data"] / f"cpt_{lang}_text_document" for lang in plan.langs})
-    sft_data = ["--data.sft_phases", json.dumps([{"name": "translation", "paths": {"translation": str(paths["sft"])},
+    sft_file, rl_prompts = _sft_and_rl_split(plan, paths["sft"])
+    sft_data = ["--data.sft_phases", json.dumps([{"name": "translation", "paths": {"translation": str(sft_file)},
                                                   "weights": {"translation": 1.0}}])]  # fmt: skip
     resize = [sys.executable, str(TOOLS / "resize_embeddings.py"), "--megatron-load", str(root / "base"),
               "--megatron-save", str(root / "resized"), "--tokenizer", str(toy_tok), "--base-tokenizer", str(base_tok)]  # fmt: skip
-    rl_from_sft = ["--rl.directions", plan.directions, "--training.checkpoint.load", str(root / "sft")]
+    rl_from_sft = ["--rl.directions", plan.directions, "--rl.prompt_sentences", rl_prompts,
+                   "--training.checkpoint.load", str(root / "sft")]  # fmt: skip
     trainings = [  # (stage, its checkpoint, how to run it)
         ("base", "base", lambda: train("base", "pretrain_cpt.py", base_tok, base_data)),
         ("resize", "resized", lambda: _run(plan, resize, logs / "resize.log")),
@@ -233,6 +238,21 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
             lambda command=command, name=name: _run(plan, command, logs / f"eval_{name}.log"),
         )
     return root
+
+
+def _sft_and_rl_split(plan: ToyPlan, all_dev: Path) -> tuple[Path, str]:
+    """The SFT file and the RL prompts' sentence range under plan.rl_holdout."""
+    if plan.rl_holdout <= 0:
+        return all_dev, ":"
+    from vepo_mcore.data.sft_build import direction_examples
+
+    first = len(load_flores("en", "dev")) - plan.rl_holdout
+    path = all_dev.with_name(f"translation_first{first}.jsonl")
+    if not path.is_file():
+        pairs = [(d.src, d.tgt) for d in parse_directions(plan.directions)]
+        rows = direction_examples(pairs, sentences=f":{first}")
+        path.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in rows))
+    return path, f"{first}:"
 
 
 def _data_paths(paths: dict[str, Path]) -> list[str]:

@@ -1,0 +1,61 @@
+"""RL prompts: a resumable stream over FLORES, and a sentence range that keeps RL prompts apart from
+the sentences SFT translated."""
+
+from __future__ import annotations
+
+import pytest
+
+from vepo_mcore.config.rl import RLConfig
+from vepo_mcore.data.sft_build import direction_examples
+from vepo_mcore.languages import load_flores, sentence_range
+from vepo_mcore.rl.prompts import TranslationPrompts
+from vepo_mcore.tokenizer import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+def test_sentence_range_parses_and_refuses_bad_ranges():
+    assert sentence_range("800:") == slice(800, None)
+    assert sentence_range(":800") == slice(None, 800)
+    assert sentence_range("10:20") == slice(10, 20)
+    assert sentence_range(":") == slice(None, None)
+    for bad in ("800", "a:", "-5:", "1:2:3"):
+        with pytest.raises(ValueError, match="sentence range"):
+            sentence_range(bad)
+    cfg = RLConfig(prompt_sentences="800")
+    with pytest.raises(ValueError, match="'800'"):
+        cfg.validate()
+
+
+def test_rl_prompts_and_sft_data_split_one_flores_split_without_overlap(tokenizer):
+    prompts = TranslationPrompts(tokenizer, "en-vi,vi-en", "dev", seed=3, sentences="990:")
+    seen = {(s.metadata["direction"], s.metadata["index"]) for s in prompts.next_batch(14)}
+    assert len(seen) == 14 and {i for _, i in seen} == set(range(990, 997))  # one epoch: every pair
+    sft = direction_examples([("en", "vi"), ("vi", "en")], "dev", sentences=":990")
+    assert len(sft) == 2 * 990
+    sft_sources = {c["messages"][0]["content"].split("\n\n", 1)[1] for c in sft}
+    en, vi = load_flores("en", "dev"), load_flores("vi", "dev")
+    held = {en[i] for i in range(990, 997)} | {vi[i] for i in range(990, 997)}
+    assert not held & sft_sources
+    sample = prompts.sample(prompts.directions[0], 995, 0)
+    assert sample.source == en[995] and sample.reference == vi[995]
+
+
+def test_an_empty_range_and_a_changed_range_are_refused(tokenizer):
+    with pytest.raises(ValueError, match="selects none"):
+        TranslationPrompts(tokenizer, "en-vi", "dev", sentences="5000:")
+    state = TranslationPrompts(tokenizer, "en-vi", "dev", sentences="900:").state_dict()
+    with pytest.raises(ValueError, match="rl.prompt_sentences"):
+        TranslationPrompts(tokenizer, "en-vi", "dev", sentences="800:").load_state_dict(state)
+
+
+def test_toy_holdout_moves_the_last_dev_sentences_from_sft_to_rl(tmp_path):
+    from vepo_mcore.toy.recipe import ToyPlan, _sft_and_rl_split
+
+    all_dev = tmp_path / "translation.jsonl"
+    assert _sft_and_rl_split(ToyPlan(out=tmp_path, directions="en-vi"), all_dev) == (all_dev, ":")
+    path, prompts = _sft_and_rl_split(ToyPlan(out=tmp_path, directions="en-vi", rl_holdout=7), all_dev)
+    assert prompts == "990:" and len(path.read_text(encoding="utf-8").splitlines()) == 990
