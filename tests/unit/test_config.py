@@ -47,6 +47,12 @@ def test_dotted_overrides_are_typed_and_nested():
     )
     assert cfg.model.num_layers == 4 and isinstance(cfg.model.num_layers, int)
     assert cfg.rl.loss.eps_high == 0.3
+    # Text YAML would misread stays text: ':' is a YAML error, '800:' the mapping {800: None}.
+    for text in (":", "800:", ":800"):
+        ranged = load_config(JobConfig, EXAMPLES / "tiny.yaml", ["--rl.prompt_sentences", text])
+        assert ranged.rl.prompt_sentences == text
+    with pytest.raises(ValueError, match="rl.prompt_sentences"):
+        load_config(JobConfig, EXAMPLES / "tiny.yaml", ["--rl.prompt_sentences", "800"])
     assert cfg.training.bf16 is True
     assert cfg.data.paths == {"en": "x"}
     assert parse_overrides(["--a.b-c", "1"]) == {"a": {"b_c": 1}}

@@ -128,6 +128,21 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _parse_value(raw: str) -> Any:
+    """One override's text as YAML, except text YAML would misread: ':' (a YAML error) and '800:'
+    (the mapping {800: None}) stay strings; a mapping on the command line is written {a: 1}. The
+    field's type is checked afterwards either way."""
+    if raw == "":
+        return ""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, dict) and not raw.lstrip().startswith("{"):
+        return raw
+    return value
+
+
 def parse_overrides(args: list[str]) -> dict[str, Any]:
     """``["--model.num_layers", "2", "--training.bf16=false"]`` -> nested dict of YAML-parsed values."""
     nested: dict[str, Any] = {}
@@ -145,7 +160,7 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
                 raise ValueError(f"override --{key}: missing value")
             raw = args[i + 1]
             i += 2
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = _parse_value(raw)
         node = nested
         parts = key.replace("-", "_").split(".")
         for part in parts[:-1]:

@@ -157,7 +157,10 @@ class RLConfig:
             raise ValueError(f"rl.kl.coef must be >= 0, got {self.kl.coef}")
         from vepo_mcore.languages import sentence_range
 
-        sentence_range(self.prompt_sentences)  # raises on a malformed range
+        try:
+            sentence_range(self.prompt_sentences)
+        except ValueError as err:
+            raise ValueError(f"rl.prompt_sentences: {err}") from None
         if self.kl.measure_interval < 1:
             raise ValueError(f"rl.kl.measure_interval must be >= 1, got {self.kl.measure_interval}")
         if self.filtering.num_candidates < self.filtering.group_size:
