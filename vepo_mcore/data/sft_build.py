@@ -93,9 +93,8 @@ def direction_examples(
     """
     if split != "dev":
         raise ValueError(f"SFT data comes from FLORES dev only (devtest is for evaluation), got {split!r}")
-    out = []
+    out, rows = [], sentence_range(sentences)
     for src, tgt in directions:
-        rows = sentence_range(sentences)
         sources, targets = load_flores(src, split)[rows], load_flores(tgt, split)[rows]
         s, t = language(src).name, language(tgt).name
         out += [

@@ -35,25 +35,15 @@ class QwenGPTModel(GPTModel):
         finally:
             self._output_mask = None
 
-    def _selects(self, inference_context) -> bool:
-        return (
-            self._output_mask is not None
-            and self.post_process
-            and not self.mtp_process
-            and not self.config.sequence_parallel
-            and inference_context is None
-        )
-
     def _postprocess(self, hidden_states, **kwargs):
-        if not self._selects(kwargs.get("inference_context")):
-            out = super()._postprocess(hidden_states, **kwargs)
-            if self._output_mask is None or not self.post_process:
-                return out
-            # The same contract, computed at every position.
-            mask = self._output_mask.to(torch.bool)
-            return out * mask if kwargs.get("labels") is not None else out[mask].unsqueeze(0)
+        if self._output_mask is None or not self.post_process:
+            return super()._postprocess(hidden_states, **kwargs)
         mask = self._output_mask.to(torch.bool)
         labels = kwargs.pop("labels")
+        if self.mtp_process or self.config.sequence_parallel or kwargs.get("inference_context") is not None:
+            # The same contract, computed at every position.
+            out = super()._postprocess(hidden_states, labels=labels, **kwargs)
+            return out * mask if labels is not None else out[mask].unsqueeze(0)
         # [s, b, h] -> the selected positions in (b, s) order, as [N, 1, h] ("s" = N, "b" = 1).
         hidden = hidden_states.transpose(0, 1)[mask].unsqueeze(1)
         if labels is None:

@@ -199,7 +199,7 @@ class RLTrainer:
     def needs_reference(self) -> bool:
         """The reference pass runs every step when a KL is optimised, else every kl.measure_interval steps."""
         kl = self.cfg.rl.kl
-        return kl.estimator != "none" or self.iteration % max(kl.measure_interval, 1) == 0
+        return kl.estimator != "none" or self.iteration % kl.measure_interval == 0
 
     def train(self, exp: dict[str, Any]) -> dict[str, float]:
         """ppo_epochs x mini_batches optimizer steps of the policy (and the critic for PPO)."""

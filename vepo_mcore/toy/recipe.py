@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vepo_mcore.eval.directions import parse_directions
+from vepo_mcore.eval.heldout import write_records
 from vepo_mcore.languages import EXPANDED_LANGS, flores_path, load_flores
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs" / "toy"
@@ -163,8 +164,7 @@ def build_shared(plan: ToyPlan) -> dict[str, Path]:
     def data_and_trim() -> None:
         conversations = direction_examples([(d.src, d.tgt) for d in parse_directions(plan.directions)])
         base = load_tokenizer()
-        paths["sft"].parent.mkdir(parents=True, exist_ok=True)
-        paths["sft"].write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in conversations))
+        write_records(conversations, paths["sft"])
         chats = [base.apply_chat(c["messages"]) for c in conversations]
         # The base vocabulary: what English text and the prompts' scaffolding need (the toy's
         # "Qwen2.5" knows English); the toy's vocabulary: what all its data needs, base ids first.
@@ -251,7 +251,7 @@ def _sft_and_rl_split(plan: ToyPlan, all_dev: Path) -> tuple[Path, str]:
     if not path.is_file():
         pairs = [(d.src, d.tgt) for d in parse_directions(plan.directions)]
         rows = direction_examples(pairs, sentences=f":{first}")
-        path.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in rows))
+        write_records(rows, path)
     return path, f"{first}:"
 
 

@@ -11,8 +11,8 @@ name, aligned with `labels`: `old_logp`, `ref_logp` ([b, s]); `rewards`, `group_
 
 The model runs its output layer on the response positions only (QwenGPTModel's `output_mask`);
 those logits stay vocab-parallel ([1, N, V_pad / TP]) until rl.logprobs turns them into the
-log-prob and entropy of each label, scattered back to [b, s]. `loss_func` returns megatron's 3-tuple (loss, num_tokens, metrics),
-made for `calculate_per_token_loss=True` (megatron then divides gradients by the token count of
+log-prob and entropy of each label, scattered back to [b, s]. `loss_func` returns megatron's
+3-tuple (loss, num_tokens, metrics), made for `calculate_per_token_loss=True` (megatron then divides gradients by the token count of
 the whole global batch, across micro-batches and DP ranks):
 - loss_agg 'global_tokens': (sum over response tokens, response tokens here) -> exactly the
   global-token normalisation, independent of the micro-batch split;
