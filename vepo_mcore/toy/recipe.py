@@ -67,31 +67,36 @@ class ToyPlan:
         return sorted({d.src for d in directions} | {d.tgt for d in directions})
 
 
-def _env(plan: ToyPlan) -> dict[str, str]:
-    threads = str(plan.threads)
-    return {
-        **os.environ,
-        "OMP_NUM_THREADS": threads,
-        "MKL_NUM_THREADS": threads,
-        "TOKENIZERS_PARALLELISM": "false",
-    }
+def thread_env(threads: int) -> dict[str, str]:
+    """The environment of a child process limited to `threads` compute threads."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
 
 
-def _run(plan: ToyPlan, args: list[str], log_file: Path) -> None:
+def run_logged(args: list[str], log_file: Path, threads: int) -> None:
+    """Run a command with its output appended to log_file; a failure raises with the log's tail."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("a", encoding="utf-8") as log:
-        result = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, env=_env(plan))
+        result = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, env=thread_env(threads))
     if result.returncode:
         tail = "".join(log_file.read_text(encoding="utf-8", errors="replace").splitlines(True)[-15:])
         raise RuntimeError(f"{' '.join(args[:4])} ... failed ({result.returncode}); log {log_file}:\n{tail}")
 
 
-def _torchrun(plan: ToyPlan, script: str, args: list[str], log_file: Path) -> None:
+def torchrun(script: str, nproc: int = 1) -> list[str]:
+    """The launcher prefix of one of tools/*.py on nproc local processes (gloo on a free port)."""
     from vepo_mcore.parallel.init import free_port
 
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(plan.nproc),
-                "--master-addr", "127.0.0.1", "--master-port", str(free_port())]  # fmt: skip
-    _run(plan, [*launcher, str(TOOLS / script), *args], log_file)
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(TOOLS / script)]  # fmt: skip
+
+
+def _run(plan: ToyPlan, args: list[str], log_file: Path) -> None:
+    run_logged(args, log_file, plan.threads)
+
+
+def _torchrun(plan: ToyPlan, script: str, args: list[str], log_file: Path) -> None:
+    _run(plan, [*torchrun(script, plan.nproc), *args], log_file)
 
 
 def _has_checkpoint(path: Path) -> bool:

@@ -1,0 +1,69 @@
+"""The paper's RL experiments at toy scale, from the toy recipe's SFT checkpoint: 6 algorithms x KL
+{none, k2, k3}, VEPO and GRPO on 3 seeds, DAPO with and without the overlong penalty; then the
+figures, grid.json and a verdict on each claim (claims.json, grid.md).
+
+    python tools/run_grid.py                                # runs/toy/seed0 -> runs/grid -> reports/toy
+    python tools/run_grid.py --steps 4 --seeds 0 --algorithms vepo,grpo --kl none --out /tmp/g \\
+        --report-dir /tmp/gr                                # a smoke run
+    python tools/run_grid.py --report-only                  # redraw from finished runs
+
+Rerunning continues the grid (finished runs are skipped). --set FIELD=VALUE passes a dotted
+override to every run (--set rl.prompts_per_step=4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from vepo_mcore.toy.grid import ALGORITHMS, KL_REGIMES, GridSetup, plan_grid, run_grid
+    from vepo_mcore.toy.grid_report import write_grid_report
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--toy", default="runs/toy/seed0", help="toy seed directory holding sft/ (tools/run_toy.py)"
+    )
+    p.add_argument("--out", default="runs/grid", help="one folder per run")
+    p.add_argument("--report-dir", default="reports/toy")
+    p.add_argument("--steps", type=int, default=60, help="RL steps per run")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the VEPO and GRPO cells")
+    p.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    p.add_argument("--kl", default=",".join(KL_REGIMES))
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling and loss tau")
+    p.add_argument("--kl-coef", type=float, default=0.05)
+    p.add_argument("--workers", type=int, default=2, help="runs at a time")
+    p.add_argument("--threads", type=int, default=1, help="threads per run")
+    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="override for every run")
+    p.add_argument("--report-only", action="store_true", help="no training: report on finished runs")
+    args = p.parse_args(argv)
+
+    extra = []
+    for item in args.set:
+        field, sep, value = item.partition("=")
+        if not sep:
+            p.error(f"--set {item!r}: expected FIELD=VALUE")
+        extra += [f"--{field}", value]
+    setup = GridSetup.from_toy(
+        args.toy, temperature=args.temperature, kl_coef=args.kl_coef, extra=tuple(extra)
+    )
+    runs = plan_grid(args.algorithms.split(","), args.kl.split(","), args.seeds)
+    wall_file = Path(args.out) / "wall_s.json"
+    if not args.report_only:
+        wall = run_grid(runs, setup, args.out, args.steps, args.workers, args.threads)
+        previous = json.loads(wall_file.read_text())["wall_s"] if wall_file.is_file() else 0.0
+        wall_file.write_text(json.dumps({"wall_s": previous + wall, "workers": args.workers,
+                                         "threads": args.threads}))  # fmt: skip
+    wall_s = json.loads(wall_file.read_text())["wall_s"] if wall_file.is_file() else None
+    claims = write_grid_report(runs, args.out, args.report_dir, setup, wall_s)
+    for name, claim in claims.items():
+        print(f"{name}: {claim['verdict']}")
+    print(f"wrote {args.report_dir}/grid.json, claims.json, grid.md and grid_*.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
