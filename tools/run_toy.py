@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--eval-sentences", type=int, default=50, help="devtest sentences per direction")
     p.add_argument("--max-new-tokens", type=int, default=96, help="evaluation length cap")
-    p.add_argument("--rl-holdout", type=int, default=0, metavar="N",
-                   help="the last N dev sentences are RL prompts only (not SFT data)")  # fmt: skip
+    p.add_argument("--rl-holdout", type=int, default=197, metavar="N",
+                   help="the last N dev sentences are RL prompts only, never SFT data (0: RL on the SFT sentences)")  # fmt: skip
     p.add_argument("--nproc", type=int, default=1, help="training processes")
     p.add_argument("--threads", type=int, default=2, help="threads per process")
     p.add_argument("--report-dir", default="reports/toy", help="where summary.json and results.md go")
