@@ -16,7 +16,10 @@ class LossConfig:
     name: str = "vepo"
     """Registered loss name."""
     temperature: float = 1.0
-    """tau: sampling temperature, used identically in rollout, old log-probs and training."""
+    """tau: sampling temperature, used identically in rollout, old log-probs and training. One value
+    by rule (validate refuses rl.rollout.sampling.temperature != this): the paper's ratio and entropy
+    are those of the tempered policy pi^tau that produced the samples, so a loss at another tau
+    would weigh tokens the engine never sampled from that distribution (SPEC section 4)."""
     ratio_mode: Literal["tempered", "scaled"] = "tempered"
     """'tempered' r = exp(logp_tau - old_logp_tau); 'scaled' = exp((logp - old_logp) / tau) (appendix)."""
     eps_low: float = 0.20
