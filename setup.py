@@ -26,7 +26,7 @@ BASE = [
     "pyarrow",
 ]
 EXTRAS = {
-    "test": ["transformers>=4.45", "pytest>=8", "pytest-timeout", "hypothesis", "ruff"],
+    "test": ["transformers>=4.45", "pytest>=8", "pytest-timeout", "hypothesis", "ruff", "import-linter>=2.1"],
     "gpu": ["transformer-engine[pytorch]", "sglang"],
     "comet": ["unbabel-comet"],
     "lmeval": ["lm-eval"],

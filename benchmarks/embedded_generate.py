@@ -10,6 +10,7 @@ rates, the ratio (embedded / transformers) and whether the greedy tokens agree.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,13 +29,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.support
+    from tests.support.checkpoints import tiny_qwen2_hf
     from vepo_mcore.checkpoint.convert import load_hf_into_model, local_process_group, plan_hf_to_megatron
     from vepo_mcore.checkpoint.hf import HFCheckpoint
-    from vepo_mcore.checkpoint.testing import tiny_qwen2_hf
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rl.rollout.base import SamplingParams
-    from vepo_mcore.rl.rollout.embedded import EmbeddedEngine
+    from vepo_mcore.rollout.base import SamplingParams
+    from vepo_mcore.rollout.embedded import EmbeddedEngine
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_embedded_"))
     hf_model = tiny_qwen2_hf(tmp / "hf", vocab_size=args.vocab, num_layers=args.layers)

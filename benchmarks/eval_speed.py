@@ -14,10 +14,10 @@ import os
 import resource
 import time
 
-from vepo_mcore.eval.directions import ALL_DIRECTIONS
 from vepo_mcore.eval.metrics import DEFAULT_METRICS
 from vepo_mcore.eval.runner import DirectionTask, score_all
 from vepo_mcore.languages import load_flores
+from vepo_mcore.translation.directions import ALL_DIRECTIONS
 
 
 def degrade(lines: list[str]) -> list[str]:

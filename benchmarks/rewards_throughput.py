@@ -15,8 +15,8 @@ import time
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import LANGS, load_flores
-from vepo_mcore.rl.rewards.registry import run_reward
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.registry import run_reward
+from vepo_mcore.translation.sample import Sample
 
 VERIFIABLE = ("length", "format", "lid", "mixing")
 

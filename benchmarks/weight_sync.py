@@ -24,8 +24,8 @@ def _body(rank: int, world: int, args) -> None:
     from vepo_mcore.config import JobConfig
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rl.rollout.base import build_engine
-    from vepo_mcore.rl.rollout.weight_sync import sync_weights
+    from vepo_mcore.rollout.base import build_engine
+    from vepo_mcore.rollout.weight_sync import sync_weights
 
     torch.set_num_threads(args.threads)
     cfg = JobConfig()

@@ -39,7 +39,7 @@ stage 1/4 "toy recipe: tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> h
 stage 2/4 "reward model from the SFT checkpoint: corrupted FLORES pairs, 10 error categories"
 MODEL=$("$PY" - "$SEED/sft" <<'EOF'
 import sys
-from vepo_mcore.eval.generate import checkpoint_config
+from vepo_mcore.training.checkpointing import checkpoint_config
 cfg, _ = checkpoint_config(sys.argv[1])
 m = cfg.model
 print(f"--model.num_layers {m.num_layers} --model.hidden_size {m.hidden_size} --model.ffn_hidden_size "

@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from vepo_mcore.languages import LANGS, load_flores
-from vepo_mcore.rl.rewards.length import LENGTH_TABLE
+from vepo_mcore.rewards.length import LENGTH_TABLE
 
 
 def build_table(split: str = "dev") -> dict[str, float]:

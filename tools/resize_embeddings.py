@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 def main(argv: list[str] | None = None) -> None:
     args, overrides = parse_args(argv)
     if args.hf_in:
-        from vepo_mcore.tokenizer.resize_checkpoint import resize_hf_checkpoint
+        from vepo_mcore.checkpoint.resize import resize_hf_checkpoint
 
         out = resize_hf_checkpoint(
             args.hf_in,
@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> None:
     previous = os.environ.get("CUDA_VISIBLE_DEVICES")
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     try:
-        from vepo_mcore.eval.generate import checkpoint_config
+        from vepo_mcore.checkpoint.resize import megatron_worker
         from vepo_mcore.parallel.launch import run_processes
-        from vepo_mcore.tokenizer.resize_checkpoint import megatron_worker
+        from vepo_mcore.training.checkpointing import checkpoint_config
 
         cfg, _ = checkpoint_config(args.megatron_load, overrides)
         world = cfg.parallel.tensor_model_parallel_size * cfg.parallel.pipeline_model_parallel_size

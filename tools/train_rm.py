@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> dict:
     from vepo_mcore.config.job import job_from_cli
     from vepo_mcore.languages import LANGS, default_tokenizer_dir
     from vepo_mcore.parallel import init_distributed
+    from vepo_mcore.rewards.corruptions import CATEGORIES
     from vepo_mcore.rl.curves import plot_curves
-    from vepo_mcore.rl.rewards.corruptions import CATEGORIES
     from vepo_mcore.rm.data import build_pairs
     from vepo_mcore.rm.evaluate import evaluate_pairs, markdown_report
     from vepo_mcore.rm.model import load_reward_model

@@ -20,8 +20,8 @@ def main(argv: list[str] | None = None) -> None:
 
         from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
 
+        cfg = rl_job_config(cfg)
         if args.world_size:
-            cfg = rl_job_config(cfg)
             check_batch_shape(cfg, cfg.parallel.data_parallel_size(args.world_size))
             cfg.validate(args.world_size)
 

@@ -16,14 +16,14 @@ import json
 from pathlib import Path
 
 from vepo_mcore.config.rewards import RewardsConfig
-from vepo_mcore.rl.rewards.constraints import (
+from vepo_mcore.rewards.constraints import (
     CORRUPTIONS,
     constraint_table,
     constraint_table_markdown,
     flores_samples,
 )
-from vepo_mcore.rl.rewards.lid_report import write_lid_report
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.lid_report import write_lid_report
+from vepo_mcore.translation.sample import Sample
 
 FIELDS = ("source", "hypothesis", "src_lang", "tgt_lang")
 

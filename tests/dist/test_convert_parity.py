@@ -12,7 +12,7 @@ import torch
 
 from vepo_mcore.checkpoint.convert import hf_to_megatron, local_process_group, megatron_to_hf
 from vepo_mcore.checkpoint.reshard import reshard_checkpoint
-from vepo_mcore.checkpoint.testing import megatron_logits_worker, tiny_qwen2_hf
+from tests.support.checkpoints import megatron_logits_worker, tiny_qwen2_hf
 from vepo_mcore.parallel.launch import run_processes
 
 
@@ -48,7 +48,7 @@ def _hf_tensors_from_live_tp2_model(rank, root):
     from vepo_mcore.config import JobConfig, ParallelConfig, load_config
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rl.rollout.weight_sync import full_megatron_tensors
+    from vepo_mcore.rollout.weight_sync import full_megatron_tensors
 
     cfg = load_config(JobConfig, root / "untied_bias_tp2" / "config.yaml")
     cfg.parallel = ParallelConfig(tensor_model_parallel_size=2)

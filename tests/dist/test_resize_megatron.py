@@ -54,7 +54,7 @@ def _logits(cfg, load, tokens):
 
 
 def _check_logits(tmp, orig, resized, new_cfg, old_cfg, sources):
-    from vepo_mcore.eval.generate import checkpoint_config
+    from vepo_mcore.training.checkpointing import checkpoint_config
 
     saved_cfg, _ = checkpoint_config(f"{tmp}/{resized}")
     assert saved_cfg.model.vocab_size == new_cfg.model.vocab_size
@@ -82,7 +82,7 @@ def _worker(rank, world, tmp, expanded):
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
     from vepo_mcore.tokenizer.resize import new_row_sources
-    from vepo_mcore.tokenizer.resize_checkpoint import resize_megatron_checkpoint
+    from vepo_mcore.checkpoint.resize import resize_megatron_checkpoint
     from vepo_mcore.training.checkpointing import save_checkpoint
 
     for tied in (False, True):  # originals at TP=1 (DP=2), random weights incl. padding rows

@@ -33,9 +33,9 @@ def _pp_scores(rank, world, tmp):
     from vepo_mcore.config.rewards import RewardsConfig
     from vepo_mcore.languages import default_tokenizer_dir
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rl.rewards import rm as rm_term
-    from vepo_mcore.rl.rewards.mt import mt_reward
-    from vepo_mcore.rl.sample import Sample
+    from vepo_mcore.rm import reward as rm_term
+    from vepo_mcore.rewards.mt import mt_reward
+    from vepo_mcore.translation.sample import Sample
     from vepo_mcore.rm.data import Pair
     from vepo_mcore.rm.evaluate import evaluate_pairs, summarise
     from vepo_mcore.rm.model import build_reward_model, load_reward_model, score_texts

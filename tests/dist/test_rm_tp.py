@@ -46,9 +46,9 @@ def _tp_scores(rank, world, tmp):
 
     # The registered reward loads a TP=1 RM checkpoint into this TP=2 layout (every rank scores).
     from vepo_mcore.config.rewards import RewardsConfig
-    from vepo_mcore.rl.rewards import rm as rm_term
-    from vepo_mcore.rl.rewards.registry import run_reward
-    from vepo_mcore.rl.sample import Sample
+    from vepo_mcore.rm import reward as rm_term
+    from vepo_mcore.rewards.registry import run_reward
+    from vepo_mcore.translation.sample import Sample
     from vepo_mcore.training.checkpointing import save_checkpoint
 
     cfg = tiny_cfg(tp=1, num_layers=2)

@@ -42,8 +42,8 @@ def _megatron_reference(model):
 
 def _contract():
     from tests.unit.test_rollout_contract import PROMPTS, run_contract
-    from vepo_mcore.rl.rollout.base import SamplingParams, build_engine
-    from vepo_mcore.rl.rollout.weight_sync import hf_tensors
+    from vepo_mcore.rollout.base import SamplingParams, build_engine
+    from vepo_mcore.rollout.weight_sync import hf_tensors
 
     cfg = _cfg(tp=2)
     model = _build(cfg).eval()
@@ -76,7 +76,7 @@ def _contract():
 
 
 def _generate(cfg, tmp, sampling_list):
-    from vepo_mcore.rl.rollout.base import build_engine
+    from vepo_mcore.rollout.base import build_engine
 
     model = _build(cfg, seed=7)
     load_model(model, f"{tmp}/tp1")
@@ -85,7 +85,7 @@ def _generate(cfg, tmp, sampling_list):
 
 
 def _layouts(rank, world, tmp):
-    from vepo_mcore.rl.rollout.base import SamplingParams
+    from vepo_mcore.rollout.base import SamplingParams
 
     sampling = [
         SamplingParams(temperature=0, max_new_tokens=6),

@@ -16,7 +16,7 @@ TAU = 0.8
 
 def _megatron_logprobs(model, prompt_ids, response_ids):
     """log softmax(z / tau) of the response tokens on the last pipeline stage (None elsewhere)."""
-    from vepo_mcore.checkpoint.testing import megatron_forward
+    from tests.support.checkpoints import megatron_forward
 
     tokens = torch.tensor([list(prompt_ids) + list(response_ids)])
     logits = megatron_forward(model, tokens)
@@ -27,7 +27,7 @@ def _megatron_logprobs(model, prompt_ids, response_ids):
 
 
 def _check_engine_matches_megatron(engine, model, seed):
-    from vepo_mcore.rl.rollout.base import SamplingParams
+    from vepo_mcore.rollout.base import SamplingParams
 
     samples = engine.generate(PROMPTS, SamplingParams(temperature=TAU, max_new_tokens=5, seed=seed))
     for s in samples:  # every rank got the owner's samples
@@ -43,8 +43,8 @@ def _sync_one(rank, tp, pp, tied):
 
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rl.rollout.base import build_engine
-    from vepo_mcore.rl.rollout.weight_sync import sync_weights
+    from vepo_mcore.rollout.base import build_engine
+    from vepo_mcore.rollout.weight_sync import sync_weights
 
     cfg = tiny_cfg(tp=tp, pp=pp, num_layers=2, tie_word_embeddings=tied)
     cfg.model.init_method_std = 0.2
@@ -93,8 +93,8 @@ def _two_engines(rank):
     """DP=4 with one engine per 2 ranks (say, per node): each rank gets its own prompts' samples."""
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rl.rollout.base import SamplingParams, build_engine
-    from vepo_mcore.rl.rollout.weight_sync import sync_weights
+    from vepo_mcore.rollout.base import SamplingParams, build_engine
+    from vepo_mcore.rollout.weight_sync import sync_weights
 
     cfg = tiny_cfg(num_layers=2)
     cfg.model.init_method_std = 0.2

@@ -98,9 +98,9 @@ def test_exported_checkpoint_decodes_like_the_embedded_engine(quickstart, tmp_pa
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vepo_mcore.eval.directions import parse_directions
-    from vepo_mcore.eval.translate import clean_hypothesis, format_prompt
     from vepo_mcore.tokenizer import load_tokenizer
+    from vepo_mcore.translation.directions import parse_directions
+    from vepo_mcore.translation.prompts import clean_hypothesis, format_prompt
 
     qs, _ = quickstart
     seed = qs / "toy" / "seed0"

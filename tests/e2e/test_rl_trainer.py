@@ -127,7 +127,7 @@ def _save_tiny_rm(rank, world, path):
 def test_reward_model_serves_as_r_mt_in_the_trainer(tmp_path):
     """rl.rewards.mt = rm: the same rollouts (same seeds) get the RM's scores as R_mt instead of
     chrF++, and every other term is unchanged."""
-    from vepo_mcore.rl.rewards import rm as rm_term
+    from vepo_mcore.rm import reward as rm_term
 
     run_processes(_save_tiny_rm, 1, args=(str(tmp_path / "rm"),))
     rm_term.clear_cache()

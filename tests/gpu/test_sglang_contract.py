@@ -45,7 +45,7 @@ def sglang_engine(tmp_path_factory):
     pytest.importorskip("sglang")
     from vepo_mcore.checkpoint.hf import model_config_from_hf, read_hf_config
     from vepo_mcore.config import JobConfig
-    from vepo_mcore.rl.rollout.sglang_engine import SGLangEngine, sglang_backend
+    from vepo_mcore.rollout.sglang_engine import SGLangEngine, sglang_backend
 
     path = tmp_path_factory.mktemp("qwen2")
     hf_model = _tiny_qwen2(path)
@@ -65,7 +65,7 @@ def test_contract_real_sglang(sglang_engine):
 
 
 def test_bucketed_and_per_tensor_pushes_agree(sglang_engine):
-    from vepo_mcore.rl.rollout.base import SamplingParams
+    from vepo_mcore.rollout.base import SamplingParams
 
     engine, hf_model = sglang_engine
     weights = [(k, v.detach().clone().cuda()) for k, v in hf_model.state_dict().items()]

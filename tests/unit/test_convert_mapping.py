@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
+from tests.support.checkpoints import tiny_qwen2_hf
 from vepo_mcore.checkpoint import mapping
 from vepo_mcore.checkpoint.convert import dry_run, plan_hf_to_megatron
 from vepo_mcore.checkpoint.hf import HFCheckpoint, HFWriter, model_config_from_hf
-from vepo_mcore.checkpoint.testing import tiny_qwen2_hf
 from vepo_mcore.config import ModelConfig
 
 

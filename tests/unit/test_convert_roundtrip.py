@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
+from tests.support.checkpoints import tiny_qwen2_hf
 from vepo_mcore.checkpoint.convert import hf_to_megatron, megatron_to_hf
 from vepo_mcore.checkpoint.hf import HFCheckpoint
-from vepo_mcore.checkpoint.testing import tiny_qwen2_hf
 
 REPO_TOOL = "tools/convert_hf.py"
 

@@ -7,7 +7,7 @@ import pytest
 import regex
 
 from vepo_mcore.languages import LANGS, load_flores
-from vepo_mcore.rl.rewards.corruptions import (
+from vepo_mcore.rewards.corruptions import (
     _ENGLISH_WORDS,
     _FOREIGN_WORDS,
     _NEGATION,

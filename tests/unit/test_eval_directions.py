@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from vepo_mcore.eval.baselines import PAPER_TABLE3, paper_systems
-from vepo_mcore.eval.directions import ALL_DIRECTIONS, Direction, group_members, parse_directions
+from vepo_mcore.translation.directions import ALL_DIRECTIONS, Direction, group_members, parse_directions
 
 
 def test_all_directions_and_groups():

@@ -130,9 +130,9 @@ def test_comet_errors_and_per_direction_split(tmp_path):
 
 def test_merged_constraint_rates_equal_the_rewards_table_over_all_samples():
     from vepo_mcore.eval.constraints import direction_rates, merge_rates
-    from vepo_mcore.eval.directions import Direction
-    from vepo_mcore.rl.rewards.constraints import constraint_table
-    from vepo_mcore.rl.sample import Sample
+    from vepo_mcore.rewards.constraints import constraint_table
+    from vepo_mcore.translation.directions import Direction
+    from vepo_mcore.translation.sample import Sample
 
     per_direction, samples = [], []
     for d, wrap in ((Direction("en", "th"), 3), (Direction("vi", "id"), 4)):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from vepo_mcore.eval.directions import Direction
-from vepo_mcore.eval.translate import format_prompt, system_hypotheses, translate_direction, write_hypotheses
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.eval.translate import system_hypotheses, translate_direction, write_hypotheses
 from vepo_mcore.tokenizer.tokenizer import load_tokenizer
+from vepo_mcore.translation.directions import Direction
+from vepo_mcore.translation.prompts import format_prompt
+from vepo_mcore.translation.sample import Sample
 
 
 class ReversingEngine:
@@ -127,7 +128,7 @@ def test_hf_model_system_translates_through_the_fake_sglang_engine(tmp_path):
     files equal decoding what the engine generates for the same ChatML prompts."""
     import torch
 
-    from vepo_mcore.checkpoint.testing import tiny_qwen2_hf
+    from tests.support.checkpoints import tiny_qwen2_hf
     from vepo_mcore.config.eval import EvalConfig
     from vepo_mcore.eval.runner import EvalJob, SystemSpec, run_evaluation
     from vepo_mcore.eval.translate import engine_from_hf, greedy_sampling

@@ -3,7 +3,7 @@
 import pytest
 
 from vepo_mcore.rl.filtering import dynamic_sampling, filter_candidates, select_group
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.translation.sample import Sample
 
 
 def _group(group_id: int, rewards: list[float], compliant: list[bool]) -> list[Sample]:

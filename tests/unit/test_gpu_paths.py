@@ -273,7 +273,7 @@ def test_rl_loss_func_forward_and_backward_stay_on_the_logits_device(name, agg):
 
 def test_embedded_engine_refuses_sequence_parallelism_with_a_clear_error():
     from vepo_mcore.config import JobConfig
-    from vepo_mcore.rl.rollout.base import build_engine
+    from vepo_mcore.rollout.base import build_engine
 
     cfg = JobConfig()
     cfg.parallel.tensor_model_parallel_size, cfg.parallel.sequence_parallel = 2, True

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from vepo_mcore.checkpoint.resize import plan_resize, resize_megatron_checkpoint
 from vepo_mcore.config import JobConfig, save_config
 from vepo_mcore.languages import default_tokenizer_dir
-from vepo_mcore.tokenizer.resize_checkpoint import plan_resize, resize_megatron_checkpoint
 
 
 def _fake_checkpoint(root, vocab_size):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vepo_mcore.checkpoint.testing import tiny_qwen2_hf
+from tests.support.checkpoints import tiny_qwen2_hf
 from vepo_mcore.languages import default_tokenizer_dir, flores_path, load_flores
 from vepo_mcore.models.vocab import padded_vocab_size
 from vepo_mcore.tokenizer.expand import expand_tokenizer

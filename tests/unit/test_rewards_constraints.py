@@ -7,13 +7,13 @@ import pytest
 
 from tools.verify_constraints import read_jsonl
 from vepo_mcore.languages import load_flores
-from vepo_mcore.rl.rewards.constraints import (
+from vepo_mcore.rewards.constraints import (
     CORRUPTIONS,
     constraint_table,
     constraint_table_markdown,
     flores_samples,
 )
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.translation.sample import Sample
 
 ROOT = Path(__file__).resolve().parents[2]
 

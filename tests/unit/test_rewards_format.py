@@ -5,8 +5,8 @@ from collections import Counter
 import pytest
 
 from vepo_mcore.config.rewards import RewardsConfig
-from vepo_mcore.rl.rewards.format import broken_syntax, format_reward, format_score, structure
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.format import broken_syntax, format_reward, format_score, structure
+from vepo_mcore.translation.sample import Sample
 
 # (target language, source, good translation, broken translation). Sources are English or
 # another of the ten languages; every "good" keeps all structure, every "broken" loses or breaks some.

@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import LANGS
-from vepo_mcore.rl.rewards.constraints import constraint_table
-from vepo_mcore.rl.rewards.format import broken_syntax, structure
-from vepo_mcore.rl.rewards.rlvr import rlvr_reward
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.constraints import constraint_table
+from vepo_mcore.rewards.format import broken_syntax, structure
+from vepo_mcore.rewards.rlvr import rlvr_reward
+from vepo_mcore.translation.sample import Sample
 
 MARKUP = st.sampled_from(
     [

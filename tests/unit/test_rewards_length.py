@@ -8,8 +8,8 @@ import pytest
 from tools.build_length_table import build_table
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import LANGS, load_flores
-from vepo_mcore.rl.rewards.length import LENGTH_TABLE, length_ratio, length_reward, length_term, typical_ratio
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.length import LENGTH_TABLE, length_ratio, length_reward, length_term, typical_ratio
+from vepo_mcore.translation.sample import Sample
 
 DIRECTIONS = [(s, t) for s in LANGS for t in LANGS if s != t]
 

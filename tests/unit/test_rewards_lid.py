@@ -4,9 +4,9 @@ import pytest
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import LANGS, language, load_flores
-from vepo_mcore.rl.rewards.lid import accepted_labels, identify, lid_model_path, lid_reward, predict
-from vepo_mcore.rl.rewards.lid_report import SPEC_PASS_AT_08
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.lid import accepted_labels, identify, lid_model_path, lid_reward, predict
+from vepo_mcore.rewards.lid_report import SPEC_PASS_AT_08
+from vepo_mcore.translation.sample import Sample
 
 
 def test_model_is_the_ftz_shipped_in_the_package():

@@ -1,8 +1,8 @@
 """The LID report: confusion matrix and rates agree with a direct count."""
 
 from vepo_mcore.languages import LANGS, load_flores
-from vepo_mcore.rl.rewards.lid import predict
-from vepo_mcore.rl.rewards.lid_report import lid_report, lid_report_markdown
+from vepo_mcore.rewards.lid import predict
+from vepo_mcore.rewards.lid_report import lid_report, lid_report_markdown
 
 
 def test_report_counts_match_a_direct_count():

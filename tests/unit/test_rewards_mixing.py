@@ -4,15 +4,15 @@ import pytest
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import LANGS, load_flores
-from vepo_mcore.rl.rewards.mixing import (
+from vepo_mcore.rewards.mixing import (
     foreign_word_share,
     is_foreign_word,
     mixing_reward,
     mixing_share,
     mixing_term,
 )
-from vepo_mcore.rl.rewards.scripts import foreign_script_share
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.scripts import foreign_script_share
+from vepo_mcore.translation.sample import Sample
 
 
 def test_script_share_against_a_hand_count():

@@ -8,8 +8,8 @@ import pytest
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import load_flores
-from vepo_mcore.rl.rewards.mt import bleu_score, chrf_score, mt_reward
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.mt import bleu_score, chrf_score, mt_reward
+from vepo_mcore.translation.sample import Sample
 
 SACREBLEU = str(Path(sys.executable).with_name("sacrebleu"))
 
@@ -71,10 +71,22 @@ def test_comet_missing_package_or_checkpoint_is_a_clear_error(tmp_path):
             mt_reward(samples, cfg)
 
 
-def test_reward_model_term_must_be_registered():
-    from vepo_mcore.rl.rewards.registry import registered_rewards
+def test_reward_model_term_is_registered_by_the_layer_above():
+    """rewards/ sits below rm/: the term `rm` exists once vepo_mcore.rm.reward is imported, and
+    asking for it before then names the module to import."""
+    import subprocess
+    import sys
 
-    cfg = RewardsConfig(mt="rm")
-    if "rm" not in registered_rewards():
-        with pytest.raises(ValueError, match="unknown reward 'rm'; registered: format, length, lid"):
-            mt_reward([Sample(response="x")], cfg)
+    code = (
+        "from vepo_mcore.config.rewards import RewardsConfig\n"
+        "from vepo_mcore.rewards.mt import mt_reward\n"
+        "from vepo_mcore.translation.sample import Sample\n"
+        "try:\n    mt_reward([Sample(response='x')], RewardsConfig(mt='rm'))\n"
+        "except ValueError as error:\n    print(error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "import vepo_mcore.rm.reward" in out
+    from vepo_mcore.rewards.registry import registered_rewards
+    from vepo_mcore.rm import reward  # noqa: F401
+
+    assert "rm" in registered_rewards()

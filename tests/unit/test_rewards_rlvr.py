@@ -7,9 +7,9 @@ import pytest
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import load_flores
-from vepo_mcore.rl.rewards import TermResult, get_reward, register_reward, rlvr_reward
-from vepo_mcore.rl.rewards.rlvr import active_terms, z_normalize
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards import TermResult, get_reward, register_reward, rlvr_reward
+from vepo_mcore.rewards.rlvr import active_terms, z_normalize
+from vepo_mcore.translation.sample import Sample
 
 
 def _samples() -> list[Sample]:

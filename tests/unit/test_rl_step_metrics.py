@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from vepo_mcore.rl.sample import Sample
 from vepo_mcore.rl.trainer import groups_with_spread
+from vepo_mcore.translation.sample import Sample
 
 
 def test_groups_with_spread_counts_groups_whose_rewards_differ():

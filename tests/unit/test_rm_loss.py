@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from vepo_mcore.rl.rewards.corruptions import CATEGORIES
+from vepo_mcore.rewards.corruptions import CATEGORIES
 from vepo_mcore.rm.data import Pair, PairDataset, build_pairs, encode, positive_weights
 from vepo_mcore.rm.evaluate import detection_f1, markdown_report, summarise
 from vepo_mcore.rm.loss import flatten_pairs, gather_last, rm_loss

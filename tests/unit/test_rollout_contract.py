@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from vepo_mcore.rl.rollout.base import SamplingParams
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rollout.base import SamplingParams
+from vepo_mcore.translation.sample import Sample
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
 
@@ -105,11 +105,11 @@ def hf_reference(model, vocab_size: int):
 
 
 def _fake_setup(tmp_path, vocab_rows=320, vocab_size=320, tie=False):
+    from tests.support.checkpoints import tiny_qwen2_hf
     from vepo_mcore.checkpoint.hf import model_config_from_hf, read_hf_config
-    from vepo_mcore.checkpoint.testing import tiny_qwen2_hf
     from vepo_mcore.config import JobConfig
-    from vepo_mcore.rl.rollout.fake_sglang import fake_backend
-    from vepo_mcore.rl.rollout.sglang_engine import SGLangEngine
+    from vepo_mcore.rollout.fake_sglang import fake_backend
+    from vepo_mcore.rollout.sglang_engine import SGLangEngine
 
     hf_model = tiny_qwen2_hf(tmp_path / "hf", tie=tie, vocab_size=vocab_rows, num_layers=2)
     cfg = JobConfig()

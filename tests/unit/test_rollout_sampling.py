@@ -6,15 +6,16 @@ import pytest
 import torch
 
 from vepo_mcore.config import JobConfig
-from vepo_mcore.config.rl import SamplingConfig
-from vepo_mcore.rl.rollout.base import SamplingParams, build_engine, filter_logits, known_engines, sample_next
-from vepo_mcore.rl.rollout.fake_sglang import FlattenedTensorBucket, MultiprocessingSerializer
-from vepo_mcore.rl.rollout.sglang_engine import bucketize
+from vepo_mcore.config.rl import SamplingParams as ConfigSampling
+from vepo_mcore.rollout.base import SamplingParams, build_engine, filter_logits, known_engines, sample_next
+from vepo_mcore.rollout.fake_sglang import FlattenedTensorBucket, MultiprocessingSerializer
+from vepo_mcore.rollout.sglang_engine import bucketize
 
 
-def test_sampling_params_from_config_merges_stop_ids():
-    scfg = SamplingConfig(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=33, stop_token_ids=[7, 3])
-    sp = SamplingParams.from_config(scfg, stop_token_ids=(3, 151645), seed=5)
+def test_config_sampling_is_the_engines_type_and_merges_stop_ids():
+    assert ConfigSampling is SamplingParams and isinstance(JobConfig().rl.rollout.sampling, SamplingParams)
+    scfg = SamplingParams(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=33, stop_token_ids=[7, 3])
+    sp = scfg.with_stops(stop_token_ids=(3, 151645), seed=5)
     assert sp.stop_token_ids == (3, 151645, 7)
     assert (sp.temperature, sp.top_p, sp.top_k, sp.max_new_tokens, sp.seed) == (0.7, 0.9, 20, 33, 5)
     sg = sp.to_sglang()

@@ -7,7 +7,7 @@ from vepo_mcore.config.job import JobConfig
 from vepo_mcore.config.model import FP8Config, ModelConfig
 from vepo_mcore.config.parallel import ParallelConfig
 from vepo_mcore.config.rewards import FilterConfig, RewardsConfig
-from vepo_mcore.config.rl import KLConfig, LossConfig, RLConfig, RolloutConfig, SamplingConfig
+from vepo_mcore.config.rl import KLConfig, LossConfig, RLConfig, RolloutConfig, SamplingParams
 from vepo_mcore.config.rm import RMConfig
 from vepo_mcore.config.tokenizer import TokenizerConfig
 from vepo_mcore.config.training import TrainingConfig
@@ -27,7 +27,7 @@ __all__ = [
     "RewardsConfig",
     "RolloutConfig",
     "SFTPhaseConfig",
-    "SamplingConfig",
+    "SamplingParams",
     "TokenizerConfig",
     "TrainingConfig",
     "from_dict",

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from vepo_mcore.config.rewards import FilterConfig, RewardsConfig
 
@@ -15,7 +16,10 @@ class LossConfig:
     name: str = "vepo"
     """Registered loss name."""
     temperature: float = 1.0
-    """tau: sampling temperature, used identically in rollout, old log-probs and training."""
+    """tau: sampling temperature, used identically in rollout, old log-probs and training. One value
+    by rule (validate refuses rl.rollout.sampling.temperature != this): the paper's ratio and entropy
+    are those of the tempered policy pi^tau that produced the samples, so a loss at another tau
+    would weigh tokens the engine never sampled from that distribution (SPEC section 4)."""
     ratio_mode: Literal["tempered", "scaled"] = "tempered"
     """'tempered' r = exp(logp_tau - old_logp_tau); 'scaled' = exp((logp - old_logp) / tau) (appendix)."""
     eps_low: float = 0.20
@@ -79,29 +83,65 @@ class KLConfig:
     every N RL steps: the pass costs about a third of the experience time and measures only."""
 
 
-@dataclass(kw_only=True)
-class SamplingConfig:
-    """Sampling parameters shared by every rollout engine."""
+@dataclass(frozen=True, kw_only=True)
+class SamplingParams:
+    """What to sample and when to stop: rl.rollout.sampling in the config, and the one value every
+    rollout engine's generate call takes (the RL trainer adds the tokenizer's stop ids and a seed)."""
 
     temperature: float = 1.0
-    """Sampling temperature (must equal rl.loss.temperature)."""
+    """tau; 0 = greedy (argmax). In the RL config it must equal rl.loss.temperature."""
     top_p: float = 1.0
-    """Nucleus sampling."""
+    """Nucleus: keep the smallest set of tokens whose tempered probability reaches top_p."""
     top_k: int = -1
-    """Top-k sampling (-1 = off)."""
+    """Keep the k most probable tokens (-1 = all)."""
     max_new_tokens: int = 256
-    """Response length cap."""
-    stop_token_ids: list[int] = field(default_factory=list)
-    """Extra stop ids (the tokenizer's <|im_end|> and <|endoftext|> always stop)."""
+    """Response length cap; reaching it gives finish_reason 'length'."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Generating any of these ends the response (finish_reason 'stop'); the token is kept."""
+    seed: int | None = None
+    """Seed of the sampling generator; None = the engine's own stream."""
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"sampling temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"sampling top_k must be -1 (off) or positive, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"sampling max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+    def with_stops(self, stop_token_ids: Iterable[int] = (), seed: int | None = None) -> SamplingParams:
+        """These parameters, also stopping at `stop_token_ids` (the tokenizer's stop_ids), with `seed`."""
+        stops = tuple(dict.fromkeys([*stop_token_ids, *self.stop_token_ids]))
+        return replace(self, stop_token_ids=stops, seed=seed)
+
+    def to_sglang(self) -> dict[str, Any]:
+        """SGLang's sampling_params dict (python/sglang/srt/sampling/sampling_params.py)."""
+        params: dict[str, Any] = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_new_tokens": self.max_new_tokens,
+            "stop_token_ids": list(self.stop_token_ids),
+            "skip_special_tokens": False,
+            "no_stop_trim": True,
+        }
+        if self.seed is not None:
+            params["sampling_seed"] = self.seed
+        return params
 
 
 @dataclass(kw_only=True)
 class RolloutConfig:
     """Which engine generates rollouts, and how weights reach it."""
 
-    engine: Literal["embedded", "sglang", "fake_sglang"] = "embedded"
-    """'embedded' = in-process Megatron sampler; 'sglang' = colocated sglang.Engine."""
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    engine: str = "embedded"
+    """A registered rollout engine (vepo_mcore.rollout.register_engine): 'embedded' = in-process
+    Megatron sampler; 'sglang' = colocated sglang.Engine; 'fake_sglang' = its CPU stand-in for tests.
+    An unknown name fails when the engine is built, listing the known ones."""
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     """Sampling parameters."""
     engine_tp: int = 1
     """SGLang tensor-parallel size (may differ from training TP)."""
@@ -145,12 +185,8 @@ class RLConfig:
     apart from sentences the SFT data already translated (the policy has memorised those)."""
 
     def validate(self) -> None:
-        from vepo_mcore.rl.losses import LOSSES  # lazy: the loss modules import this config
-
-        if self.loss.name not in LOSSES:
-            raise ValueError(
-                f"rl.loss.name {self.loss.name!r} is not a registered loss; known: {sorted(LOSSES)}"
-            )
+        # rl.loss.name is checked against the loss registry, a layer above the config, by
+        # rl.trainer.rl_job_config (every RL launch and --dry-run).
         if self.loss.overlong_buffer < 0:
             raise ValueError(f"rl.loss.overlong_buffer must be >= 0, got {self.loss.overlong_buffer}")
         if self.kl.coef < 0:

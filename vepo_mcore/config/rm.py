@@ -8,6 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+CATEGORIES: tuple[str, ...] = (
+    "accuracy",
+    "off-target",
+    "fluency",
+    "terminology",
+    "code-mixing",
+    "repetition",
+    "intent",
+    "leakage",
+    "explanation",
+    "format",
+)
+"""The ten error categories, in the order of the reward model's category logits."""
+
 
 @dataclass(kw_only=True)
 class RMConfig:
@@ -40,7 +54,6 @@ class RMConfig:
     def validate(self) -> None:
         """ValueErrors naming the field."""
         from vepo_mcore.languages import LANGS
-        from vepo_mcore.rl.rewards.corruptions import CATEGORIES
 
         for name, values, known in (
             ("langs", self.langs, LANGS),

@@ -1,6 +1,6 @@
 """The constraint table (Lang / Length / Format / Mixing / Overall pass rates) of an evaluated system.
 
-The checks are the RL reward verifiers (vepo_mcore.rl.rewards.constraints); this module runs
+The checks are the RL reward verifiers (vepo_mcore.rewards.constraints); this module runs
 them one direction at a time (so the metric processes can do it in parallel) and merges the
 per-direction rates into the overall row, weighting each rate by the samples it is over
 (Format only by samples whose source has structure). The references' own pass rates are shown
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from vepo_mcore.eval.baselines import PAPER_CONSTRAINTS
-from vepo_mcore.eval.directions import Direction
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.translation.directions import Direction
+from vepo_mcore.translation.sample import Sample
 
 RATE_COLUMNS = ("lang", "length", "mixing", "overall")
 
@@ -23,7 +23,7 @@ def direction_rates(
     direction: Direction, sources: Sequence[str], hypotheses: Sequence[str]
 ) -> dict[str, object]:
     """Pass rates (%) of one direction: {n, lang, length, format, format_n, mixing, overall, ms_id_swapped}."""
-    from vepo_mcore.rl.rewards.constraints import constraint_table
+    from vepo_mcore.rewards.constraints import constraint_table
 
     samples = [
         Sample(source=s, response=h, src_lang=direction.src, tgt_lang=direction.tgt, group_id=i)

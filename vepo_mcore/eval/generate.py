@@ -12,27 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vepo_mcore.config import JobConfig, from_dict, load_config
-from vepo_mcore.config.base import parse_overrides, to_dict
-
-
-def checkpoint_config(checkpoint: str | Path, overrides: list[str] | None = None) -> tuple[JobConfig, Path]:
-    """(the JobConfig saved with the checkpoint + overrides, the checkpoint's iteration directory)."""
-    from vepo_mcore.config.base import _merge
-    from vepo_mcore.training.checkpointing import resolve_checkpoint
-
-    path = resolve_checkpoint(checkpoint)
-    if path is None:
-        raise FileNotFoundError(f"{checkpoint} holds no checkpoint (no latest_checkpointed_iteration.txt)")
-    saved = path / "config.yaml"
-    if not saved.is_file():
-        raise FileNotFoundError(f"{saved} is missing: the checkpoint does not say which model it holds")
-    cfg = load_config(JobConfig, saved)
-    if overrides:
-        cfg = from_dict(JobConfig, _merge(to_dict(cfg), parse_overrides(overrides)))
-    if (path / "tokenizer" / "tokenizer.json").is_file():
-        cfg.tokenizer.path = str(path / "tokenizer")
-    return cfg, path
+from vepo_mcore.training.checkpointing import checkpoint_config
 
 
 def load_policy_engine(checkpoint: str | Path, overrides: list[str] | None = None):
@@ -42,7 +22,7 @@ def load_policy_engine(checkpoint: str | Path, overrides: list[str] | None = Non
     """
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rl.rollout.base import build_engine
+    from vepo_mcore.rollout.base import build_engine
     from vepo_mcore.tokenizer import load_tokenizer
     from vepo_mcore.training.checkpointing import load_checkpoint
 
@@ -58,7 +38,7 @@ def load_policy_engine(checkpoint: str | Path, overrides: list[str] | None = Non
     engine = build_engine(cfg, model=model, tokenizer=tokenizer)
     if not engine.shares_training_weights:
         # An SGLang engine starts from dummy weights (a config-only directory): push the checkpoint's.
-        from vepo_mcore.rl.rollout.weight_sync import sync_weights
+        from vepo_mcore.rollout.weight_sync import sync_weights
 
         sync_weights(engine, model, cfg)
     return cfg, tokenizer, engine
@@ -76,10 +56,10 @@ def translate_checkpoint(
     overrides: list[str] | None = None,
 ) -> Path:
     """Write out_dir/{src}-{tgt}.txt for each direction (cached: a rerun resumes). Returns out_dir."""
-    from vepo_mcore.eval.directions import parse_directions
     from vepo_mcore.eval.translate import translate_direction
     from vepo_mcore.languages import load_flores
-    from vepo_mcore.rl.rollout.base import SamplingParams
+    from vepo_mcore.rollout.base import SamplingParams
+    from vepo_mcore.translation.directions import parse_directions
 
     _, tokenizer, engine = load_policy_engine(checkpoint, overrides)
     sampling = SamplingParams(

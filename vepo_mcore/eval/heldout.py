@@ -7,7 +7,7 @@ how good is it (chrF++), and is one policy better than another with a 95% interv
 
 A record is one devtest sentence under greedy decoding: direction, index, source, reference,
 hypothesis, response_tokens, stop (ended with a stop token before the cap), lang / length /
-format / mixing / overall (the RLVR verifiers of rl/rewards, as tools/verify_constraints.py
+format / mixing / overall (the RLVR verifiers of vepo_mcore/rewards, as tools/verify_constraints.py
 computes them) and chrf (sacreBLEU sentence chrF++, 0-100). Records are plain dicts, written as
 jsonl, so two runs can be compared later without the models.
 """
@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
-from vepo_mcore.eval.directions import parse_directions
-from vepo_mcore.eval.translate import clean_hypothesis, prompt_samples, write_hypotheses
+from vepo_mcore.eval.translate import write_hypotheses
 from vepo_mcore.languages import load_flores
+from vepo_mcore.translation.directions import parse_directions
+from vepo_mcore.translation.prompts import clean_hypothesis, prompt_samples
 
 METRICS = {
     "stop_rate": "stop",
@@ -44,9 +45,9 @@ def heldout_records(
     batch_size: int = 64,
 ) -> list[dict]:
     """Greedy translations of the first `n` `split` sentences of each direction, checked and scored."""
-    from vepo_mcore.rl.rewards.constraints import check_samples
-    from vepo_mcore.rl.rewards.mt import chrf_score
-    from vepo_mcore.rl.rollout.base import SamplingParams
+    from vepo_mcore.rewards.constraints import check_samples
+    from vepo_mcore.rewards.mt import chrf_score
+    from vepo_mcore.rollout.base import SamplingParams
 
     sampling = SamplingParams(
         temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=tokenizer.stop_ids

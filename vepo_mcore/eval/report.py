@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from vepo_mcore.eval.baselines import PAPER_TABLE3
-from vepo_mcore.eval.directions import GROUPS
+from vepo_mcore.translation.directions import GROUPS
 
 GROUP_COLUMNS: dict[str, str] = {**GROUPS, "avg": "Avg."}
 """Group key -> Table 3 column header, in the paper's order."""

@@ -28,7 +28,6 @@ import numpy as np
 from vepo_mcore.config.eval import EvalConfig
 from vepo_mcore.eval import bootstrap as bs
 from vepo_mcore.eval import report
-from vepo_mcore.eval.directions import Direction, group_members, parse_directions
 from vepo_mcore.eval.metrics import (
     DEFAULT_METRICS,
     aggregate_score,
@@ -37,8 +36,10 @@ from vepo_mcore.eval.metrics import (
     score_from_stats,
     sentence_stats,
 )
-from vepo_mcore.eval.translate import DEFAULT_TEMPLATE, system_hypotheses
+from vepo_mcore.eval.translate import system_hypotheses
 from vepo_mcore.languages import load_flores
+from vepo_mcore.translation.directions import Direction, group_members, parse_directions
+from vepo_mcore.translation.prompts import DEFAULT_TEMPLATE
 
 
 @dataclass(kw_only=True)
@@ -92,7 +93,7 @@ class EvalJob:
     paper_models: tuple[str, ...] = ("VEPO", "Google", "NLLB", "Gem3")
     """Appendix systems whose per-direction numbers go beside ours in vs_paper.csv."""
     constraints: bool = True
-    """Constraint table (needs vepo_mcore.rl.rewards.constraints; skipped with a note when absent)."""
+    """Constraint table (needs vepo_mcore.rewards.constraints; skipped with a note when absent)."""
     progress: bool = True
 
 
@@ -287,7 +288,7 @@ def _signature_lines(results: Sequence[DirectionResult], metrics: Sequence[str])
 
 def _constraints_available() -> bool:
     try:
-        import vepo_mcore.rl.rewards.constraints  # noqa: F401
+        import vepo_mcore.rewards.constraints  # noqa: F401
     except ImportError:
         return False
     return True
@@ -431,7 +432,7 @@ def run_evaluation(job: EvalJob) -> dict:
         payload["constraints"] = _write_constraints(job, results, out)["overall"]
     else:
         payload["constraints"] = (
-            "skipped" if not job.constraints else "pending (vepo_mcore.rl.rewards.constraints missing)"
+            "skipped" if not job.constraints else "pending (vepo_mcore.rewards.constraints missing)"
         )
     report.write_json(out / "scores.json", payload)
     return payload

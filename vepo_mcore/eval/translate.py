@@ -6,7 +6,7 @@ Systems (a registry; `--system NAME`):
   copy-source  the untranslated source (lower bound; measures script/vocabulary overlap)
 
 Model translation goes through `translate_direction(engine, ...)`: any rollout engine of
-vepo_mcore.rl.rollout (embedded Megatron sampler, SGLang) with
+vepo_mcore.rollout (embedded Megatron sampler, SGLang) with
 `generate(prompts: list[Sample], sampling: SamplingParams) -> list[Sample]`; prompts carry the
 ChatML text and its token ids, the response text is the hypothesis. Prompts are ChatML built from one configurable template; hypotheses are
 cached per direction so an interrupted run resumes where it stopped.
@@ -19,13 +19,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from vepo_mcore.eval.directions import Direction
 from vepo_mcore.eval.metrics import read_lines
-from vepo_mcore.languages import language
-from vepo_mcore.rl.sample import Sample
-
-DEFAULT_TEMPLATE = "Translate the following {src_name} text into {tgt_name}.\n\n{source}"
-"""User turn of the translation prompt; fields: src_name tgt_name src tgt source."""
+from vepo_mcore.translation.directions import Direction
+from vepo_mcore.translation.prompts import DEFAULT_TEMPLATE, clean_hypothesis, prompt_samples
+from vepo_mcore.translation.sample import Sample
 
 
 class Engine(Protocol):
@@ -34,72 +31,13 @@ class Engine(Protocol):
     def generate(self, prompts: list[Sample], sampling: Any) -> list[Sample]: ...
 
 
-def format_prompt(
-    direction: Direction,
-    source: str,
-    tokenizer,
-    template: str = DEFAULT_TEMPLATE,
-    system_prompt: str | None = None,
-) -> str:
-    """ChatML prompt text for one source sentence, ending with the assistant turn opener."""
-    try:
-        user = template.format(
-            src_name=language(direction.src).name,
-            tgt_name=language(direction.tgt).name,
-            src=direction.src,
-            tgt=direction.tgt,
-            source=source,
-        )
-    except KeyError as exc:
-        raise ValueError(
-            f"prompt template field {exc} unknown; known: src_name tgt_name src tgt source"
-        ) from None
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": user})
-    return tokenizer.apply_chat(messages, add_generation_prompt=True)
-
-
-def prompt_samples(
-    direction: Direction,
-    sources: Sequence[str],
-    tokenizer,
-    references: Sequence[str] | None = None,
-    template: str = DEFAULT_TEMPLATE,
-    system_prompt: str | None = None,
-    indices: Sequence[int] | None = None,
-) -> list[Sample]:
-    """Prompt Samples (ChatML text and ids, source, reference, languages) for sources[i], i in indices
-    (default: all); group_id and metadata["index"] are i."""
-    samples = []
-    for i in range(len(sources)) if indices is None else indices:
-        text = format_prompt(direction, sources[i], tokenizer, template, system_prompt)
-        samples.append(
-            Sample(
-                prompt=text,
-                prompt_ids=tokenizer.encode(text),
-                source=sources[i],
-                reference=references[i] if references is not None else None,
-                src_lang=direction.src,
-                tgt_lang=direction.tgt,
-                group_id=i,
-                metadata={"direction": str(direction), "index": i},
-            )
-        )
-    return samples
-
-
 def greedy_sampling(tokenizer, max_new_tokens: int = 256):
     """Greedy SamplingParams stopping at <|im_end|> / <|endoftext|> (the rollout engines' type)."""
-    from vepo_mcore.rl.rollout.base import SamplingParams
+    from vepo_mcore.rollout.base import SamplingParams
 
     return SamplingParams(
         temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=tuple(tokenizer.stop_ids)
     )
-
-
-def clean_hypothesis(text: str) -> str:
-    """One line per hypothesis: newlines inside a response become spaces; ends stripped."""
-    return " ".join(text.split("\n")).strip()
 
 
 def _cache_paths(cache_dir: Path, direction: Direction) -> tuple[Path, Path]:
@@ -237,7 +175,7 @@ def engine_from_hf(hf_dir: str | Path, engine: str = "sglang", tokenizer=None):
     """A rollout engine serving a Hugging Face Qwen2 directory: 'sglang' (GPU) or 'fake_sglang' (CPU, tiny models)."""
     from vepo_mcore.checkpoint.hf import model_config_from_hf, read_hf_config
     from vepo_mcore.config import JobConfig
-    from vepo_mcore.rl.rollout.base import build_engine
+    from vepo_mcore.rollout.base import build_engine
 
     cfg = JobConfig()
     cfg.model = model_config_from_hf(read_hf_config(hf_dir), vocab_size=len(tokenizer) if tokenizer else None)

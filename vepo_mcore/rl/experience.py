@@ -15,16 +15,16 @@ position_ids; plus the RLBatch fields by name (old_logp, ref_logp, advantages, r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from vepo_mcore.config.rl import LossConfig
 from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.logprobs import masked_policy_logprobs_and_entropy
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.training.pipeline import broadcast_from_last_stage, forward_backward
+from vepo_mcore.translation.sample import Sample
 
 
 def make_experience(samples: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
@@ -62,33 +62,6 @@ def split_micro_batches(exp: dict[str, Any], micro_batch_size: int) -> list[dict
         }
         for i in range(0, n, micro_batch_size)
     ]
-
-
-def forward_backward(model, micro_batches: list[dict], forward_step: Callable, forward_only: bool):
-    """Megatron's schedule (any PP) over a list of micro-batches; the shapes for the pipeline's
-    activations come from the first one (at PP > 1 they must all have its shape)."""
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-
-    return get_forward_backward_func()(
-        forward_step_func=forward_step,
-        data_iterator=iter(micro_batches),
-        model=[model],
-        num_microbatches=len(micro_batches),
-        seq_length=micro_batches[0]["tokens"].shape[1],
-        micro_batch_size=micro_batches[0]["tokens"].shape[0],
-        forward_only=forward_only,
-    )
-
-
-def broadcast_from_last_stage(tensors: list[torch.Tensor]) -> None:
-    """In place: every pipeline stage gets the last stage's tensors (which the others pre-allocate)."""
-    from megatron.core import parallel_state as ps
-
-    if ps.get_pipeline_model_parallel_world_size() == 1:
-        return
-    src, group = ps.get_pipeline_model_parallel_last_rank(), ps.get_pipeline_model_parallel_group()
-    for t in tensors:
-        dist.broadcast(t, src=src, group=group)
 
 
 @torch.no_grad()

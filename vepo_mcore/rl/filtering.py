@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.translation.sample import Sample
 
 
 def group_by_prompt(samples: list[Sample]) -> OrderedDict[int, list[Sample]]:

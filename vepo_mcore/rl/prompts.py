@@ -6,17 +6,17 @@
 
 The order is a seeded permutation of (direction, sentence) pairs, re-shuffled every epoch, so
 each step mixes directions. The prompt text comes from the one template evaluation uses
-(vepo_mcore.eval.translate.format_prompt).
+(vepo_mcore.translation.prompts.format_prompt).
 """
 
 from __future__ import annotations
 
 import random
 
-from vepo_mcore.eval.directions import Direction, parse_directions
-from vepo_mcore.eval.translate import DEFAULT_TEMPLATE, format_prompt
 from vepo_mcore.languages import load_flores, sentence_range
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.translation.directions import Direction, parse_directions
+from vepo_mcore.translation.prompts import DEFAULT_TEMPLATE, format_prompt
+from vepo_mcore.translation.sample import Sample
 
 
 class TranslationPrompts:

@@ -28,11 +28,13 @@ import torch.distributed as dist
 
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.parallel.device import device
+from vepo_mcore.rewards.rlvr import rlvr_reward
 from vepo_mcore.rl import experience as xp
 from vepo_mcore.rl.filtering import dynamic_sampling, filter_candidates
+from vepo_mcore.rl.losses import get_loss
 from vepo_mcore.rl.losses.loss_func import rl_forward_step
-from vepo_mcore.rl.rewards.rlvr import rlvr_reward
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rm import reward as _rm_term  # noqa: F401  (registers the reward term `rm`)
+from vepo_mcore.translation.sample import Sample
 
 
 class RLTrainer:
@@ -44,7 +46,7 @@ class RLTrainer:
         from vepo_mcore.models.builder import build_model
         from vepo_mcore.parallel import init_model_parallel
         from vepo_mcore.rl.prompts import TranslationPrompts
-        from vepo_mcore.rl.rollout.base import build_engine
+        from vepo_mcore.rollout.base import build_engine
         from vepo_mcore.tokenizer import load_tokenizer
         from vepo_mcore.training.checkpointing import load_checkpoint
         from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, unwrap, wrap_model
@@ -72,7 +74,7 @@ class RLTrainer:
         self.reference = build_model(cfg).eval().requires_grad_(False)
         self.reference.load_state_dict(unwrap(self.model).state_dict())
         self.critic = self.critic_optimizer = self.critic_scheduler = None
-        if cfg.rl.loss.name == "ppo":
+        if get_loss(cfg.rl.loss.name).needs_critic:
             from vepo_mcore.models.heads import build_value_model
 
             self.critic = wrap_model(build_value_model(cfg), cfg)
@@ -86,7 +88,7 @@ class RLTrainer:
             seed=cfg.training.seed,
             sentences=cfg.rl.prompt_sentences,
         )
-        self.iteration, self.history = 0, []
+        self.iteration = 0
         if ckpt.save:
             state = load_checkpoint(ckpt.save, self.model, self.optimizer, self.scheduler)
             if state is not None:
@@ -147,17 +149,14 @@ class RLTrainer:
 
     def generate(self, prompts: list[Sample], seed: int) -> list[Sample]:
         """Wake the engine, push the newest weights if it keeps its own copy, sample, release memory."""
-        from vepo_mcore.rl.rollout.base import SamplingParams
 
         self.engine.wake()
         if self.weights_stale or not self.engine.weights_survive_sleep:
-            from vepo_mcore.rl.rollout.weight_sync import sync_weights
+            from vepo_mcore.rollout.weight_sync import sync_weights
 
             sync_weights(self.engine, self.model, self.cfg)
             self.weights_stale = False
-        sampling = SamplingParams.from_config(
-            self.cfg.rl.rollout.sampling, self.tokenizer.stop_ids, seed=seed
-        )
+        sampling = self.cfg.rl.rollout.sampling.with_stops(self.tokenizer.stop_ids, seed=seed)
         samples = self.engine.generate(prompts, sampling)
         self.engine.sleep()
         return samples
@@ -283,7 +282,8 @@ def _step_seed(cfg: JobConfig, iteration: int, round_: int, dp_rank: int) -> int
 def rl_job_config(cfg: JobConfig) -> JobConfig:
     """The config as the RL loop runs it: training.global_batch_size = responses per optimizer step
     (prompts_per_step * group_size / mini_batches), LR decay over all optimizer steps of the run
-    (RL steps x epochs x mini-batches) unless set."""
+    (RL steps x epochs x mini-batches) unless set. An unregistered rl.loss.name is a ValueError."""
+    get_loss(cfg.rl.loss.name)
     cfg = copy.deepcopy(cfg)
     rl = cfg.rl
     cfg.training.global_batch_size = max(rl.prompts_per_step * rl.filtering.group_size // rl.mini_batches, 1)

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import torch
 
-from vepo_mcore.eval.directions import Direction
-from vepo_mcore.eval.translate import format_prompt
 from vepo_mcore.languages import LANGS, load_flores
-from vepo_mcore.rl.rewards.corruptions import CATEGORIES, corrupt, label_vector
+from vepo_mcore.rewards.corruptions import CATEGORIES, corrupt, label_vector
 from vepo_mcore.tokenizer.tokenizer import IM_END
+from vepo_mcore.translation.directions import Direction
+from vepo_mcore.translation.prompts import format_prompt
 
 
 @dataclass(frozen=True)

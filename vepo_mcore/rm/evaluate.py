@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from vepo_mcore.rl.rewards.corruptions import CATEGORIES, label_vector
+from vepo_mcore.rewards.corruptions import CATEGORIES, label_vector
 from vepo_mcore.rm.data import Pair
 
 

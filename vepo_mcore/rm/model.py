@@ -139,7 +139,7 @@ def score_texts(
     from megatron.core import parallel_state as ps
 
     from vepo_mcore.parallel.device import device
-    from vepo_mcore.rl.experience import broadcast_from_last_stage, forward_backward
+    from vepo_mcore.training.pipeline import broadcast_from_last_stage, forward_backward
 
     if len(prompts) != len(responses):
         raise ValueError(f"score_texts: {len(prompts)} prompts but {len(responses)} responses")

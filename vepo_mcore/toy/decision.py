@@ -21,10 +21,9 @@ TOP_TOKENS = 12
 
 def _load(checkpoint: str | Path):
     """(model, tokenizer) of a Megatron checkpoint, in eval mode, inside an initialised process group."""
-    from vepo_mcore.eval.generate import checkpoint_config
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.tokenizer import load_tokenizer
-    from vepo_mcore.training.checkpointing import load_checkpoint
+    from vepo_mcore.training.checkpointing import checkpoint_config, load_checkpoint
 
     cfg, path = checkpoint_config(checkpoint)
     model = build_model(cfg)
@@ -57,9 +56,9 @@ def decision_point_study(sft: str | Path, rl: str | Path, records: list[dict], n
     paired 95% interval of the difference, and the top tokens at the decision point."""
     from vepo_mcore.config.parallel import ParallelConfig
     from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
-    from vepo_mcore.eval.directions import parse_directions
-    from vepo_mcore.eval.translate import format_prompt
     from vepo_mcore.parallel import destroy, init_distributed, init_model_parallel
+    from vepo_mcore.translation.directions import parse_directions
+    from vepo_mcore.translation.prompts import format_prompt
 
     init_distributed()
     try:

@@ -68,7 +68,7 @@ class GridSetup:
     def from_toy(cls, seed_dir: str | Path, **settings) -> GridSetup:
         """The setup of one toy seed (tools/run_toy.py): its SFT checkpoint, the tokenizer that
         checkpoint was trained with, and the RL run's directions and prompt sentences."""
-        from vepo_mcore.eval.generate import checkpoint_config
+        from vepo_mcore.training.checkpointing import checkpoint_config
 
         seed_dir = Path(seed_dir)
         sft_cfg, _ = checkpoint_config(seed_dir / "sft")

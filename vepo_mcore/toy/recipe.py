@@ -32,9 +32,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vepo_mcore.eval.directions import parse_directions
 from vepo_mcore.eval.heldout import write_records
 from vepo_mcore.languages import EXPANDED_LANGS, flores_path, load_flores
+from vepo_mcore.translation.directions import parse_directions
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs" / "toy"
 TOOLS = Path(__file__).resolve().parents[2] / "tools"

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from vepo_mcore.eval.heldout import METRICS, paired_deltas, read_records, summarize
-from vepo_mcore.rl.rewards.constraints import PAPER_VEPO_7B
+from vepo_mcore.rewards.constraints import PAPER_VEPO_7B
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 CURVES = (

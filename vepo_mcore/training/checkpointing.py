@@ -40,6 +40,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from vepo_mcore.config import JobConfig, from_dict, load_config
+from vepo_mcore.config.base import _merge, parse_overrides, to_dict
 from vepo_mcore.training.optimizer import unwrap
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -365,3 +367,20 @@ def load_checkpoint(
         path=str(path),
         extra={"parallel": saved_layout},
     )
+
+
+def checkpoint_config(checkpoint: str | Path, overrides: list[str] | None = None) -> tuple[JobConfig, Path]:
+    """(the JobConfig saved with the checkpoint + overrides, the checkpoint's iteration directory)."""
+
+    path = resolve_checkpoint(checkpoint)
+    if path is None:
+        raise FileNotFoundError(f"{checkpoint} holds no checkpoint (no latest_checkpointed_iteration.txt)")
+    saved = path / "config.yaml"
+    if not saved.is_file():
+        raise FileNotFoundError(f"{saved} is missing: the checkpoint does not say which model it holds")
+    cfg = load_config(JobConfig, saved)
+    if overrides:
+        cfg = from_dict(JobConfig, _merge(to_dict(cfg), parse_overrides(overrides)))
+    if (path / "tokenizer" / "tokenizer.json").is_file():
+        cfg.tokenizer.path = str(path / "tokenizer")
+    return cfg, path

@@ -54,7 +54,7 @@ def dapo_keep(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> to
     return dynamic_sampling_keep(dapo_rewards(batch, cfg, kl), batch.group_ids)
 
 
-@register_loss("dapo", advantages=dapo_advantages, kl_placement="loss", keep=dapo_keep)
+@register_loss("dapo", advantages=dapo_advantages, keep=dapo_keep)
 def dapo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
     adv = batch.advantages if batch.advantages is not None else dapo_advantages(batch, cfg, kl)
     kept_frac = None

@@ -22,7 +22,7 @@ def grpo_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None)
     return group_normalized_advantages(rewards, batch.mask, batch.group_ids, "group", cfg.adv_eps)
 
 
-@register_loss("grpo", advantages=grpo_advantages, kl_placement="loss")
+@register_loss("grpo", advantages=grpo_advantages)
 def grpo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
     adv = batch.advantages if batch.advantages is not None else grpo_advantages(batch, cfg, kl)
     return policy_loss(batch, cfg, kl, adv, symmetric_clip=True, agg="seq_mean")

@@ -53,7 +53,7 @@ def value_loss(
     return loss, frac.detach()
 
 
-@register_loss("ppo", advantages=ppo_advantages, kl_placement="reward")
+@register_loss("ppo", advantages=ppo_advantages, needs_critic=True)
 def ppo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
     adv = batch.advantages if batch.advantages is not None else ppo_advantages(batch, cfg, kl)
     loss, metrics = policy_loss(batch, cfg, kl, adv, symmetric_clip=True, default_kl_placement="reward")

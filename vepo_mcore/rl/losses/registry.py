@@ -1,4 +1,4 @@
-"""The loss registry: `@register_loss("name", advantages=fn, kl_placement="loss")`.
+"""The loss registry: `@register_loss("name", advantages=fn)`.
 
 A loss is `loss_fn(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> (loss, metrics)`.
 Its advantage function `advantages_fn(batch, cfg, kl) -> [B, T]` is registered beside it so the
@@ -26,28 +26,27 @@ KeepFn = Callable[[RLBatch, LossConfig, "KLConfig | None"], "torch.Tensor | None
 
 @dataclass(frozen=True)
 class LossSpec:
-    """A registered algorithm: its loss, its advantage estimator, where its KL goes by default."""
+    """A registered algorithm: its loss, its advantage estimator, which responses it keeps, and
+    whether it trains a value model beside the policy (the trainer builds one only then)."""
 
     name: str
     loss_fn: LossFn
     advantages_fn: AdvantageFn
-    kl_placement: str
     keep_fn: KeepFn | None = None
+    needs_critic: bool = False
 
 
 LOSSES: dict[str, LossSpec] = {}
 
 
 def register_loss(
-    name: str, advantages: AdvantageFn, kl_placement: str = "loss", keep: KeepFn | None = None
+    name: str, advantages: AdvantageFn, keep: KeepFn | None = None, needs_critic: bool = False
 ) -> Callable[[LossFn], LossFn]:
-    if kl_placement not in ("loss", "reward"):
-        raise ValueError(f"kl_placement must be 'loss' or 'reward', got {kl_placement!r}")
 
     def wrap(fn: LossFn) -> LossFn:
         if name in LOSSES:
             raise ValueError(f"loss {name!r} is already registered")
-        LOSSES[name] = LossSpec(name, fn, advantages, kl_placement, keep)
+        LOSSES[name] = LossSpec(name, fn, advantages, keep, needs_critic)
         return fn
 
     return wrap

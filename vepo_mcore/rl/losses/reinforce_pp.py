@@ -26,7 +26,7 @@ def reinforce_pp_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None
     return whiten(returns, batch.mask, cfg.adv_eps, group=group)
 
 
-@register_loss("reinforce_pp", advantages=reinforce_pp_advantages, kl_placement="reward")
+@register_loss("reinforce_pp", advantages=reinforce_pp_advantages)
 def reinforce_pp_loss(
     batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None
 ) -> tuple[torch.Tensor, dict]:

@@ -25,7 +25,7 @@ def rloo_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None)
     return leave_one_out(rewards, batch.mask, batch.group_ids)
 
 
-@register_loss("rloo", advantages=rloo_advantages, kl_placement="reward")
+@register_loss("rloo", advantages=rloo_advantages)
 def rloo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
     adv = batch.advantages if batch.advantages is not None else rloo_advantages(batch, cfg, kl)
     return policy_loss(batch, cfg, kl, adv, symmetric_clip=True, default_kl_placement="reward")

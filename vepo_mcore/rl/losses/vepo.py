@@ -27,7 +27,7 @@ def vepo_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None)
     )
 
 
-@register_loss("vepo", advantages=vepo_advantages, kl_placement="loss")
+@register_loss("vepo", advantages=vepo_advantages)
 def vepo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
     base = batch.advantages if batch.advantages is not None else vepo_advantages(batch, cfg, kl)
     adv = base

@@ -25,14 +25,14 @@ import torch
 import torch.distributed as dist
 
 from vepo_mcore.parallel.device import has_cuda
-from vepo_mcore.rl.rollout.base import (
+from vepo_mcore.rollout.base import (
     SamplingParams,
     as_samples,
     finish_sample,
     register_engine,
     sample_next,
 )
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.translation.sample import Sample
 
 
 class EmbeddedEngine:

@@ -36,8 +36,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from vepo_mcore.rl.rollout.base import SamplingParams, as_samples, finish_sample, register_engine
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rollout.base import SamplingParams, as_samples, finish_sample, register_engine
+from vepo_mcore.translation.sample import Sample
 
 PADDING_BIAS = -1e9
 
@@ -348,10 +348,3 @@ def write_config_dir(cfg, out_dir: str | os.PathLike) -> str:
 @register_engine("sglang")
 def _build_sglang(cfg, model=None, tokenizer=None, **kwargs) -> SGLangEngine:
     return SGLangEngine(cfg, sglang_backend(), tokenizer=tokenizer, name="sglang", **kwargs)
-
-
-@register_engine("fake_sglang")
-def _build_fake_sglang(cfg, model=None, tokenizer=None, **kwargs) -> SGLangEngine:
-    from vepo_mcore.rl.rollout.fake_sglang import fake_backend
-
-    return SGLangEngine(cfg, fake_backend(), tokenizer=tokenizer, name="fake_sglang", **kwargs)

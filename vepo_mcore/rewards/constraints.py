@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from vepo_mcore.config.rewards import RewardsConfig
-from vepo_mcore.rl.rewards.lid import CONFUSABLE, predict
-from vepo_mcore.rl.rewards.registry import run_reward
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.lid import CONFUSABLE, predict
+from vepo_mcore.rewards.registry import run_reward
+from vepo_mcore.translation.sample import Sample
 
 COLUMNS = ("lang", "length", "format", "mixing", "overall")
 TERMS = {"lang": "lid", "length": "length", "format": "format", "mixing": "mixing"}

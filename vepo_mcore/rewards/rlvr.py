@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 from vepo_mcore.config.rewards import RewardsConfig
-from vepo_mcore.rl.rewards.registry import get_reward, run_reward
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.registry import get_reward, run_reward
+from vepo_mcore.translation.sample import Sample
 
 
 def clip(value: float, bound: float) -> float:

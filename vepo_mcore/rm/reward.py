@@ -5,7 +5,7 @@ The RM is loaded once per process from rewards.rm_checkpoint into the running mo
 layout (rm.model.load_reward_model). TP-aware: every rank of a TP group must score the same
 samples (the RM's TP layers communicate), as the RL trainer's reward call on every training rank
 does; the scores come back identical on each rank. A sample without a ChatML prompt gets the
-translation prompt built from its source and languages (eval.translate.format_prompt).
+translation prompt built from its source and languages (translation.prompts.format_prompt).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 
 from vepo_mcore.config.rewards import RewardsConfig
-from vepo_mcore.rl.rewards.registry import TermResult, register_reward
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.registry import TermResult, register_reward
+from vepo_mcore.translation.sample import Sample
 
 
 @functools.lru_cache(maxsize=1)
@@ -32,8 +32,8 @@ def clear_cache() -> None:
 def _prompt(sample: Sample, tokenizer) -> str:
     if sample.prompt:
         return sample.prompt
-    from vepo_mcore.eval.directions import Direction
-    from vepo_mcore.eval.translate import format_prompt
+    from vepo_mcore.translation.directions import Direction
+    from vepo_mcore.translation.prompts import format_prompt
 
     if not (sample.source and sample.src_lang and sample.tgt_lang):
         raise ValueError("reward 'rm': a sample needs a prompt, or source + src_lang + tgt_lang")

@@ -1,7 +1,7 @@
 """The rollout engine interface, the sampling parameters every engine takes, and the engine registry.
 
     engine = build_engine(cfg, model=model, tokenizer=tok)   # by cfg.rl.rollout.engine
-    samples = engine.generate(prompts, SamplingParams.from_config(cfg.rl.rollout.sampling, tok.stop_ids))
+    samples = engine.generate(prompts, cfg.rl.rollout.sampling.with_stops(tok.stop_ids))
     sync_weights(engine, model, cfg)                          # after each optimizer step (weight_sync.py)
     engine.sleep(); ...train...; engine.wake()
 
@@ -20,77 +20,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from vepo_mcore.config.rl import SamplingConfig
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.config.rl import SamplingParams
+from vepo_mcore.translation.sample import Sample
 
 FINISH_REASONS = ("stop", "length", "abort")
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """What to sample and when to stop; one value for the whole generate call."""
-
-    temperature: float = 1.0
-    """tau; 0 = greedy (argmax)."""
-    top_p: float = 1.0
-    """Nucleus: keep the smallest set of tokens whose tempered probability reaches top_p."""
-    top_k: int = -1
-    """Keep the k most probable tokens (-1 = all)."""
-    max_new_tokens: int = 256
-    """Response length cap; reaching it gives finish_reason 'length'."""
-    stop_token_ids: tuple[int, ...] = ()
-    """Generating any of these ends the response (finish_reason 'stop'); the token is kept."""
-    seed: int | None = None
-    """Seed of the sampling generator; None = the engine's own stream."""
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"sampling temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"sampling top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"sampling top_k must be -1 (off) or positive, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"sampling max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
-
-    @classmethod
-    def from_config(
-        cls, scfg: SamplingConfig, stop_token_ids: Iterable[int] = (), seed: int | None = None
-    ) -> SamplingParams:
-        """rl.rollout.sampling + the tokenizer's stop ids (tok.stop_ids) -> SamplingParams."""
-        stops = tuple(dict.fromkeys([*stop_token_ids, *scfg.stop_token_ids]))
-        return cls(
-            temperature=scfg.temperature,
-            top_p=scfg.top_p,
-            top_k=scfg.top_k,
-            max_new_tokens=scfg.max_new_tokens,
-            stop_token_ids=stops,
-            seed=seed,
-        )
-
-    def with_seed(self, seed: int | None) -> SamplingParams:
-        return replace(self, seed=seed)
-
-    def to_sglang(self) -> dict[str, Any]:
-        """SGLang's sampling_params dict (python/sglang/srt/sampling/sampling_params.py)."""
-        params: dict[str, Any] = {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "max_new_tokens": self.max_new_tokens,
-            "stop_token_ids": list(self.stop_token_ids),
-            "skip_special_tokens": False,
-            "no_stop_trim": True,
-        }
-        if self.seed is not None:
-            params["sampling_seed"] = self.seed
-        return params
 
 
 @runtime_checkable
@@ -211,7 +148,6 @@ def register_engine(name: str) -> Callable[[EngineBuilder], EngineBuilder]:
 
 
 def known_engines() -> list[str]:
-    _load_builtin_engines()
     return sorted(_ENGINES)
 
 
@@ -221,15 +157,9 @@ def build_engine(cfg, model=None, tokenizer=None, **kwargs) -> RolloutEngine:
     embedded needs `model` (this rank's GPTModel); the SGLang engines take `model_path` (an HF
     directory; default: a config-only directory written from cfg.model, weights arrive by sync).
     """
-    _load_builtin_engines()
     name = cfg.rl.rollout.engine
     if name not in _ENGINES:
         raise ValueError(
             f"rl.rollout.engine {name!r} is not a known engine; known engines: {known_engines()}"
         )
     return _ENGINES[name](cfg, model=model, tokenizer=tokenizer, **kwargs)
-
-
-def _load_builtin_engines() -> None:
-    # Importing the modules registers them; sglang itself is only imported when an engine starts.
-    from vepo_mcore.rl.rollout import embedded, sglang_engine  # noqa: F401

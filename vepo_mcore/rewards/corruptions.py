@@ -18,21 +18,8 @@ from dataclasses import dataclass
 
 import regex
 
+from vepo_mcore.config.rm import CATEGORIES
 from vepo_mcore.languages import language
-
-CATEGORIES: tuple[str, ...] = (
-    "accuracy",
-    "off-target",
-    "fluency",
-    "terminology",
-    "code-mixing",
-    "repetition",
-    "intent",
-    "leakage",
-    "explanation",
-    "format",
-)
-"""The ten error categories, in the order of the reward model's category logits."""
 
 SPACELESS = frozenset({"zh", "th", "km", "lo", "my"})
 """Languages whose words are not separated by spaces: units are runs of grapheme clusters."""

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from vepo_mcore.languages import LANGS, LANGUAGES, load_flores
-from vepo_mcore.rl.rewards.lid import CONFUSABLE, accepted_labels, identify, predict
+from vepo_mcore.rewards.lid import CONFUSABLE, accepted_labels, identify, predict
 
 SPEC_PASS_AT_08 = {
     "en": 0.94,

@@ -26,10 +26,10 @@ import regex
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import language
-from vepo_mcore.rl.rewards.format import plain_text
-from vepo_mcore.rl.rewards.registry import TermResult, register_reward
-from vepo_mcore.rl.rewards.scripts import foreign_script_share
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.format import plain_text
+from vepo_mcore.rewards.registry import TermResult, register_reward
+from vepo_mcore.rewards.scripts import foreign_script_share
+from vepo_mcore.translation.sample import Sample
 
 LATIN_GROUPS: tuple[tuple[str, ...], ...] = (("en",), ("ms", "id"), ("fil",), ("vi",))
 """Latin-script languages, with the ms/id pair as one group."""

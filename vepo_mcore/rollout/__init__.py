@@ -4,14 +4,16 @@ CPU fake), and the Megatron -> engine weight sync. Engines register by name; bui
     engine = build_engine(cfg, model=model, tokenizer=tok)     # cfg.rl.rollout.engine
 """
 
-from vepo_mcore.rl.rollout.base import (
+# The built-in engines register when imported (sglang itself only when an engine starts).
+from vepo_mcore.rollout import embedded, fake_sglang, sglang_engine  # noqa: E402, F401, I001  (registration)
+from vepo_mcore.rollout.base import (
     RolloutEngine,
     SamplingParams,
     build_engine,
     known_engines,
     register_engine,
 )
-from vepo_mcore.rl.rollout.weight_sync import sync_weights
+from vepo_mcore.rollout.weight_sync import sync_weights
 
 __all__ = [
     "RolloutEngine",

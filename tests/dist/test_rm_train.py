@@ -31,15 +31,15 @@ def tiny_rm_cfg(vocab: int, tmp: str):
 
 def _train_and_serve(rank, world, tmp):
     from vepo_mcore.config.rewards import RewardsConfig
-    from vepo_mcore.rl.rewards import rm as rm_term
-    from vepo_mcore.rl.rewards.mt import mt_reward
-    from vepo_mcore.rl.rewards.rlvr import rlvr_reward
-    from vepo_mcore.rl.sample import Sample
+    from vepo_mcore.rewards.mt import mt_reward
+    from vepo_mcore.rewards.rlvr import rlvr_reward
+    from vepo_mcore.rm import reward as rm_term
     from vepo_mcore.rm.data import build_pairs
     from vepo_mcore.rm.evaluate import evaluate_pairs
     from vepo_mcore.rm.model import load_reward_model, score_texts
     from vepo_mcore.rm.train import train_rm
     from vepo_mcore.tokenizer import load_tokenizer
+    from vepo_mcore.translation.sample import Sample
 
     tok = load_tokenizer()
     cfg = tiny_rm_cfg(len(tok), tmp)

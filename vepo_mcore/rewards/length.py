@@ -16,8 +16,8 @@ from pathlib import Path
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import ASSETS
-from vepo_mcore.rl.rewards.registry import TermResult, register_reward
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.registry import TermResult, register_reward
+from vepo_mcore.translation.sample import Sample
 
 LENGTH_TABLE = ASSETS / "length_ratios.json"
 

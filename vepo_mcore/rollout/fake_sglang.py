@@ -31,6 +31,9 @@ from typing import Any
 
 import torch
 
+from vepo_mcore.rollout.base import register_engine
+from vepo_mcore.rollout.sglang_engine import SGLangBackend, SGLangEngine
+
 
 @dataclass
 class FlattenedTensorMetadata:
@@ -193,7 +196,7 @@ class FakeSGLangEngine:
         seed = params.get("sampling_seed", self.random_seed + self._requests)
         self._requests += 1
         generator = torch.Generator().manual_seed(int(seed))
-        from vepo_mcore.rl.rollout.base import filter_logits
+        from vepo_mcore.rollout.base import filter_logits
 
         output_ids, logprobs, finish = [], [], {"type": "length", "length": max_new}
         past = None
@@ -326,11 +329,14 @@ def _as_list(x) -> list[int]:
     return [int(v) for v in x] if isinstance(x, (list, tuple, set)) else [int(x)]
 
 
-def fake_backend():
+def fake_backend() -> SGLangBackend:
     """The fake's (Engine, FlattenedTensorBucket, MultiprocessingSerializer) for SGLangEngine."""
-    from vepo_mcore.rl.rollout.sglang_engine import SGLangBackend
-
     return SGLangBackend(FakeSGLangEngine, FlattenedTensorBucket, MultiprocessingSerializer, fake=True)
+
+
+@register_engine("fake_sglang")
+def _build_fake_sglang(cfg, model=None, tokenizer=None, **kwargs) -> SGLangEngine:
+    return SGLangEngine(cfg, fake_backend(), tokenizer=tokenizer, name="fake_sglang", **kwargs)
 
 
 __all__ = [

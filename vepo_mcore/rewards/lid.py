@@ -22,10 +22,10 @@ from pathlib import Path
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import LANGUAGES, language
-from vepo_mcore.rl.rewards.format import plain_text
-from vepo_mcore.rl.rewards.registry import TermResult, register_reward
-from vepo_mcore.rl.rewards.scripts import has_kana, letter_count, script_letter_count
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.format import plain_text
+from vepo_mcore.rewards.registry import TermResult, register_reward
+from vepo_mcore.rewards.scripts import has_kana, letter_count, script_letter_count
+from vepo_mcore.translation.sample import Sample
 
 TOP_K = 5
 """Labels read from fastText per text (accepted labels beyond the top 5 carry < 1/6 probability)."""

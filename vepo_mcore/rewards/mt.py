@@ -4,7 +4,7 @@ the target language's sacreBLEU tokenizer, COMET-22 from a local checkpoint, or 
 The metric is chosen by ``RewardsConfig.mt``. COMET needs the optional ``unbabel-comet`` extra and a
 checkpoint path (``rewards.comet_checkpoint``, e.g. .../wmt22-comet-da/checkpoints/model.ckpt); it is
 imported lazily and the model is loaded once per process. ``mt: rm`` calls the reward registered as
-"rm" (vepo_mcore/rl/rewards/rm.py).
+"rm" (vepo_mcore/rm/reward.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import LANGUAGES, language
-from vepo_mcore.rl.rewards.registry import TermResult, get_reward, register_reward, run_reward
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.registry import TermResult, register_reward, registered_rewards, run_reward
+from vepo_mcore.translation.sample import Sample
 
 
 @functools.lru_cache(maxsize=1)
@@ -89,7 +89,9 @@ def mt_reward(samples: list[Sample], cfg: RewardsConfig | None = None) -> TermRe
     if cfg.mt == "none":
         return [0.0] * len(samples)
     if cfg.mt == "rm":
-        get_reward("rm")  # a clear error listing the registered rewards if rm.py is not there
+        if "rm" not in registered_rewards():  # registered by a layer above: the reward model
+            raise ValueError("rewards.mt = 'rm' needs the reward term 'rm': import vepo_mcore.rm.reward "
+                             "(the RL trainer does)")  # fmt: skip
         return run_reward("rm", samples, cfg)
     if not samples:
         return []

@@ -20,8 +20,8 @@ from collections import Counter
 import regex
 
 from vepo_mcore.config.rewards import RewardsConfig
-from vepo_mcore.rl.rewards.registry import TermResult, register_reward
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.rewards.registry import TermResult, register_reward
+from vepo_mcore.translation.sample import Sample
 
 _VOID_TAGS = frozenset(
     "area base br col embed hr img input link meta param source track wbr".split()

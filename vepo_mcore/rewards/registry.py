@@ -9,13 +9,12 @@ scores RL samples and builds the constraint table. ``rlvr.py`` combines the term
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from vepo_mcore.config.rewards import RewardsConfig
-from vepo_mcore.rl.sample import Sample
+from vepo_mcore.translation.sample import Sample
 
 
 @dataclass
@@ -66,7 +65,6 @@ def register_reward(name: str, *, constraint: str | None = None) -> Callable[[Re
 
 def get_reward(name: str) -> RegisteredReward:
     """The registered reward ``name``; unknown names list the known ones."""
-    _import_builtin_terms()
     try:
         return _REWARDS[name]
     except KeyError:
@@ -74,7 +72,6 @@ def get_reward(name: str) -> RegisteredReward:
 
 
 def registered_rewards() -> list[str]:
-    _import_builtin_terms()
     return sorted(_REWARDS)
 
 
@@ -88,14 +85,3 @@ def run_reward(name: str, samples: list[Sample], cfg: RewardsConfig) -> TermResu
     if any(v != v for v in result.values):  # NaN is a bug in the term, not a score
         raise ValueError(f"reward {name!r} returned NaN")
     return result
-
-
-def _import_builtin_terms() -> None:
-    # Importing the modules runs their @register_reward decorators.
-    from vepo_mcore.rl.rewards import format, length, lid, mixing, mt  # noqa: F401
-
-    try:  # the reward-model term lives in its own module, which may not exist yet
-        importlib.import_module("vepo_mcore.rl.rewards.rm")
-    except ModuleNotFoundError as error:
-        if error.name != "vepo_mcore.rl.rewards.rm":
-            raise

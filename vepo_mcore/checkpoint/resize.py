@@ -136,11 +136,10 @@ def resize_megatron_checkpoint(
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing import load_tensors_metadata
 
-    from vepo_mcore.eval.generate import checkpoint_config
     from vepo_mcore.languages import default_tokenizer_dir
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.training.checkpointing import save_checkpoint
+    from vepo_mcore.training.checkpointing import checkpoint_config, save_checkpoint
 
     expanded_dir = Path(expanded_tokenizer).resolve()
     cfg, path = checkpoint_config(load, overrides)

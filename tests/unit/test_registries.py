@@ -1,0 +1,71 @@
+"""Adding an algorithm, a reward term or a rollout engine is one file plus one registration: a toy
+of each, registered here, is found by name through the same entry points the trainer uses."""
+
+import pytest
+import torch
+
+from vepo_mcore.config import JobConfig
+from vepo_mcore.config.rewards import RewardsConfig
+from vepo_mcore.rewards import registry as rewards
+from vepo_mcore.rl.batch import RLBatch
+from vepo_mcore.rl.losses import LOSSES, compute_loss, get_loss, register_loss
+from vepo_mcore.rl.trainer import rl_job_config
+from vepo_mcore.rollout import base as engines
+from vepo_mcore.translation.sample import Sample
+
+
+@pytest.fixture
+def toy_loss():
+    @register_loss(
+        "toy_sign", advantages=lambda batch, cfg, kl=None: torch.sign(batch.rewards)[:, None] * batch.mask
+    )
+    def toy_sign(batch, cfg, kl=None):
+        adv = torch.sign(batch.rewards)[:, None] * batch.mask
+        return -(adv * batch.logp).sum() / batch.mask.sum(), {}
+
+    yield "toy_sign"
+    LOSSES.pop("toy_sign")
+
+
+def test_a_registered_loss_runs_by_name_and_passes_the_config_check(toy_loss):
+    cfg = JobConfig()
+    cfg.rl.loss.name = toy_loss
+    rl_job_config(cfg)  # an unknown name would be a ValueError here
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.1]], requires_grad=True)
+    batch = RLBatch(logp=logp, old_logp=logp.detach(), mask=torch.ones(2, 2, dtype=torch.bool),
+                    rewards=torch.tensor([1.0, -1.0]))  # fmt: skip
+    loss, _ = compute_loss(batch, cfg.rl.loss)
+    assert loss.item() == pytest.approx(-((-1.0 - 2.0) - (-0.5 - 0.1)) / 4)
+    assert not get_loss(toy_loss).needs_critic and get_loss("ppo").needs_critic
+    cfg.rl.loss.name = "toy_sign_typo"
+    with pytest.raises(ValueError, match="unknown rl.loss.name 'toy_sign_typo'"):
+        rl_job_config(cfg)
+
+
+def test_a_registered_reward_term_runs_by_name():
+    @rewards.register_reward("toy_len")
+    def toy_len(samples):
+        return [float(len(s.response)) for s in samples]
+
+    try:
+        result = rewards.run_reward("toy_len", [Sample(response="abc"), Sample(response="")], RewardsConfig())
+        assert result.values == [3.0, 0.0] and "toy_len" in rewards.registered_rewards()
+    finally:
+        rewards._REWARDS.pop("toy_len")
+
+
+def test_a_registered_engine_is_built_by_name():
+    class Echo:
+        shares_training_weights = True
+
+    @engines.register_engine("toy_echo")
+    def build(cfg, model=None, tokenizer=None, **kwargs):
+        return Echo()
+
+    try:
+        cfg = JobConfig()
+        cfg.rl.rollout.engine = "toy_echo"
+        assert isinstance(engines.build_engine(cfg), Echo)
+        assert "toy_echo" in engines.known_engines()
+    finally:
+        engines._ENGINES.pop("toy_echo")

@@ -1,0 +1,1 @@
+"""The translation task below every consumer: directions, the Sample record, prompts."""
