@@ -48,8 +48,11 @@ def test_a_registered_reward_term_runs_by_name():
         return [float(len(s.response)) for s in samples]
 
     try:
-        result = rewards.run_reward("toy_len", [Sample(response="abc"), Sample(response="")], RewardsConfig())
+        samples = [Sample(response="abc"), Sample(response="")]
+        result = rewards.run_reward("toy_len", samples, RewardsConfig())
         assert result.values == [3.0, 0.0] and "toy_len" in rewards.registered_rewards()
+        # a registered term is also an MT metric: rewards.mt names it
+        assert rewards.run_reward("mt", samples, RewardsConfig(mt="toy_len")).values == [3.0, 0.0]
     finally:
         rewards._REWARDS.pop("toy_len")
 

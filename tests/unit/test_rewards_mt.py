@@ -49,9 +49,13 @@ def test_mt_reward_dispatch_and_errors():
         Sample(response=ref, reference=ref, tgt_lang="id"),
         Sample(response="", reference=ref, tgt_lang="id"),
     ]
-    assert mt_reward(samples, RewardsConfig()) == pytest.approx([1.0, 0.0])
-    assert mt_reward(samples, RewardsConfig(mt="bleu")) == pytest.approx([1.0, 0.0])
-    assert mt_reward(samples, RewardsConfig(mt="none")) == [0.0, 0.0]
+    assert mt_reward(samples, RewardsConfig()).values == pytest.approx([1.0, 0.0])
+    assert mt_reward(samples, RewardsConfig(mt="bleu")).values == pytest.approx([1.0, 0.0])
+    assert mt_reward(samples, RewardsConfig(mt="none")).values == [0.0, 0.0]
+    with pytest.raises(
+        ValueError, match="rewards.mt 'chrf2' is not a registered reward term; registered: .*bleu.*chrf"
+    ):
+        mt_reward(samples, RewardsConfig(mt="chrf2"))
     with pytest.raises(ValueError, match="needs a reference"):
         mt_reward([Sample(response="x", tgt_lang="id")], RewardsConfig())
     with pytest.raises(ValueError, match="comet_checkpoint"):

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 
 @dataclass(kw_only=True)
 class RewardsConfig:
     """R = R_mt + w_len r_len + w_fmt r_fmt + w_lid r_lid + w_mix r_mix, each term clipped."""
 
-    mt: Literal["chrf", "bleu", "comet", "rm", "none"] = "chrf"
-    """Translation-quality term: chrF++/100, sentence BLEU/100, COMET-22, the reward model, or none."""
+    mt: str = "chrf"
+    """Translation-quality term, a registered reward term: 'chrf' (chrF++/100), 'bleu' (sentence
+    BLEU/100), 'comet' (COMET-22), 'rm' (the reward model), or 'none'."""
     weights: dict[str, float] = field(
         default_factory=lambda: {"mt": 1.0, "length": 0.3, "format": 0.2, "lid": 0.4, "mixing": 0.3}
     )

@@ -82,28 +82,49 @@ def _references(samples: list[Sample], metric: str) -> list[str]:
     return [s.reference for s in samples]
 
 
-@register_reward("mt")
-def mt_reward(samples: list[Sample], cfg: RewardsConfig | None = None) -> TermResult | list[float]:
-    """R_mt per sample, by cfg.mt: chrf | bleu | comet | rm | none."""
-    cfg = cfg or RewardsConfig()
-    if cfg.mt == "none":
-        return [0.0] * len(samples)
-    if cfg.mt == "rm":
-        if "rm" not in registered_rewards():  # registered by a layer above: the reward model
-            raise ValueError("rewards.mt = 'rm' needs the reward term 'rm': import vepo_mcore.rm.reward "
-                             "(the RL trainer does)")  # fmt: skip
-        return run_reward("rm", samples, cfg)
+def _per_reference(samples: list[Sample], metric: str, score) -> list[float]:
+    references = _references(samples, metric) if samples else []
+    return [score(s, ref) for s, ref in zip(samples, references)]
+
+
+@register_reward("chrf")
+def chrf_reward(samples: list[Sample]) -> list[float]:
+    """Sentence chrF++ / 100 against each sample's reference."""
+    return _per_reference(samples, "chrf", lambda s, ref: chrf_score(s.response, ref))
+
+
+@register_reward("bleu")
+def bleu_reward(samples: list[Sample]) -> list[float]:
+    """Sentence BLEU / 100 with the target language's tokenizer."""
+    return _per_reference(samples, "bleu", lambda s, ref: bleu_score(s.response, ref, s.tgt_lang))
+
+
+@register_reward("comet")
+def comet_reward(samples: list[Sample], cfg: RewardsConfig) -> list[float]:
+    """COMET-22 from rewards.comet_checkpoint."""
+    if not cfg.comet_checkpoint:
+        raise ValueError(
+            "rewards.mt = 'comet' needs rewards.comet_checkpoint (path to wmt22-comet-da model.ckpt)"
+        )
     if not samples:
         return []
-    references = _references(samples, cfg.mt)
-    if cfg.mt == "chrf":
-        return [chrf_score(s.response, ref) for s, ref in zip(samples, references)]
-    if cfg.mt == "bleu":
-        return [bleu_score(s.response, ref, s.tgt_lang) for s, ref in zip(samples, references)]
-    if cfg.mt == "comet":
-        if not cfg.comet_checkpoint:
-            raise ValueError(
-                "rewards.mt = 'comet' needs rewards.comet_checkpoint (path to wmt22-comet-da model.ckpt)"
-            )
-        return comet_scores(samples, cfg.comet_checkpoint, cfg.comet_batch_size)
-    raise ValueError(f"unknown rewards.mt {cfg.mt!r}; known: chrf, bleu, comet, rm, none")
+    _references(samples, "comet")
+    return comet_scores(samples, cfg.comet_checkpoint, cfg.comet_batch_size)
+
+
+@register_reward("mt")
+def mt_reward(samples: list[Sample], cfg: RewardsConfig | None = None) -> TermResult:
+    """R_mt per sample: the reward term named by cfg.mt (chrf | bleu | comet | rm, or any registered
+    term), or zeros for 'none'."""
+    cfg = cfg or RewardsConfig()
+    if cfg.mt == "none":
+        return TermResult(values=[0.0] * len(samples))
+    if cfg.mt not in registered_rewards() or cfg.mt == "mt":
+        hint = (
+            " (the term 'rm' registers on import vepo_mcore.rm.reward, as the RL trainer does)"
+            if cfg.mt == "rm"
+            else ""
+        )
+        raise ValueError(f"rewards.mt {cfg.mt!r} is not a registered reward term; registered: "
+                         f"{', '.join(registered_rewards())}, or 'none'{hint}")  # fmt: skip
+    return run_reward(cfg.mt, samples, cfg)
