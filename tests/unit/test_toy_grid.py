@@ -44,6 +44,7 @@ def test_every_run_is_a_valid_rl_config(run, tmp_path):
     assert (cfg.rl.loss.name, cfg.rl.kl.estimator, cfg.rl.kl.measure_interval) == (run.algorithm, run.kl, 1)
     assert cfg.rl.loss.temperature == cfg.rl.rollout.sampling.temperature == 1.0
     assert cfg.training.train_iters == 7 and cfg.training.seed == 1000 + run.seed
+    assert cfg.training.optimizer.lr == cfg.training.optimizer.min_lr == 2e-4
     assert cfg.rl.prompt_sentences == "800:" and cfg.rl.prompts_per_step == 4
     assert cfg.rl.filtering.dynamic_sampling == (run.algorithm == "dapo")
     assert cfg.rl.loss.overlong_buffer == (16 if run.overlong else 0)
