@@ -431,14 +431,15 @@ def test_missing_inputs_raise_value_errors():
         _batch(old_logp=torch.zeros(2, 4))
 
 
-def test_config_validation_names_the_field_and_known_losses():
-    from vepo_mcore.config.rl import RLConfig
+def test_an_unknown_loss_name_fails_at_start_up_naming_the_field_and_known_losses():
+    from vepo_mcore.config import JobConfig
+    from vepo_mcore.rl.trainer import rl_job_config
 
-    cfg = RLConfig()
-    cfg.validate()
-    cfg.loss.name = "vepo2"
+    cfg = JobConfig()
+    rl_job_config(cfg)
+    cfg.rl.loss.name = "vepo2"
     with pytest.raises(ValueError, match=r"rl\.loss\.name .*known: .*'reinforce_pp'"):
-        cfg.validate()
+        rl_job_config(cfg)
 
 
 def test_dual_clip_bounds_negative_advantage_tokens():
