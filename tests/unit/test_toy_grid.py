@@ -11,7 +11,15 @@ from vepo_mcore.config import JobConfig
 from vepo_mcore.config.job import job_from_cli
 from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
 from vepo_mcore.toy import claims
-from vepo_mcore.toy.grid import GridRun, GridSetup, grid_records, is_complete, plan_grid, read_history
+from vepo_mcore.toy.grid import (
+    GridRun,
+    GridSetup,
+    grid_records,
+    is_complete,
+    plan_grid,
+    read_histories,
+    read_history,
+)
 
 
 def test_plan_grid_seeds_the_compared_cells_and_adds_the_overlong_arm():
@@ -73,7 +81,7 @@ def test_records_average_the_first_and_last_tenth_and_skip_restarted_steps(tmp_p
     _write(tmp_path / run.name / "metrics.jsonl", rows + _rows([4.0, 4.0], length=[20.0, 20.0]))
     assert len(read_history(tmp_path / run.name / "metrics.jsonl")) == 30
     assert is_complete(tmp_path, run, 30) and not is_complete(tmp_path, run, 31)
-    (record,) = grid_records([run, GridRun("vepo", "none", 0)], tmp_path)  # vepo never ran: no record
+    (record,) = grid_records(read_histories([run, GridRun("vepo", "none", 0)], tmp_path))  # vepo never ran
     assert record["steps"] == 30 and record["algorithm"] == "grpo"
     assert (record["entropy_first"], record["entropy_last"], record["entropy_min"]) == (4.0, 1.0, 1.0)
     assert (record["length_first"], record["length_last"]) == (20.0, 40.0)

@@ -83,7 +83,7 @@ def _references(samples: list[Sample], metric: str) -> list[str]:
 
 
 def _per_reference(samples: list[Sample], metric: str, score) -> list[float]:
-    references = _references(samples, metric) if samples else []
+    references = _references(samples, metric)
     return [score(s, ref) for s, ref in zip(samples, references)]
 
 

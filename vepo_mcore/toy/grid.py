@@ -3,7 +3,7 @@ seeds for the cells the claims compare, and DAPO's overlong study.
 
     runs = plan_grid(seeds=[0, 1, 2])
     run_grid(runs, GridSetup.from_toy("runs/toy/seed0"), "runs/grid", steps=40, workers=2)
-    records = grid_records(runs, "runs/grid")                   # -> reports/toy/grid.json
+    records = grid_records(read_histories(runs, "runs/grid"))   # -> reports/toy/grid.json
 
 Every run is tools/train_vepo.py with examples/configs/toy/rl.yaml and the same overrides except
 what defines its algorithm (rl.loss.name; DAPO also turns on dynamic sampling, and its overlong
@@ -171,14 +171,17 @@ def _window(history: list[dict], key: str, last: bool, frac: float = 0.1) -> flo
     return sum(part) / len(part)
 
 
-def grid_records(runs: list[GridRun], out: str | Path) -> list[dict]:
-    """One record per finished run (reports/toy/grid.json): the first and last values are means over
-    the first and last 10% of steps (at least 3), so one noisy step does not decide them."""
+def read_histories(runs: list[GridRun], out: str | Path) -> dict[GridRun, list[dict]]:
+    """Each run's per-step rows, for the runs that logged any."""
+    histories = {run: read_history(Path(out) / run.name / "metrics.jsonl") for run in runs}
+    return {run: rows for run, rows in histories.items() if rows}
+
+
+def grid_records(histories: dict[GridRun, list[dict]]) -> list[dict]:
+    """One record per run (reports/toy/grid.json): the first and last values are means over the
+    first and last 10% of steps (at least 3), so one noisy step does not decide them."""
     records = []
-    for run in runs:
-        history = read_history(Path(out) / run.name / "metrics.jsonl")
-        if not history:
-            continue
+    for run, history in histories.items():
         entropy = [row["rollout/entropy"] for row in history]
         records.append({
             "name": run.name, "algorithm": run.algorithm + ("-overlong" if run.overlong else ""),

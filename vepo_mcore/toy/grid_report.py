@@ -10,12 +10,7 @@ from pathlib import Path
 
 from vepo_mcore.toy.claims import all_claims, entropy_ratio, length_drift
 from vepo_mcore.toy.figures import plot_decision_point, plot_grid_metric, plot_overlong
-from vepo_mcore.toy.grid import GridRun, GridSetup, grid_records, read_history
-
-
-def _histories(runs: list[GridRun], out: Path) -> dict[GridRun, list[dict]]:
-    histories = {run: read_history(out / run.name / "metrics.jsonl") for run in runs}
-    return {run: rows for run, rows in histories.items() if rows}
+from vepo_mcore.toy.grid import GridRun, GridSetup, grid_records, read_histories
 
 
 def _decision_study(runs: list[GridRun], out: Path, setup: GridSetup, report: Path) -> dict | None:
@@ -41,8 +36,8 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
     """Everything the grid's command regenerates; returns the claims."""
     out, report = Path(out), Path(report_dir)
     report.mkdir(parents=True, exist_ok=True)
-    histories = _histories(runs, out)
-    records = grid_records(list(histories), out)
+    histories = read_histories(runs, out)
+    records = grid_records(histories)
     (report / "grid.json").write_text(json.dumps(records, indent=1) + "\n")
     cells: dict[tuple[str, str], list[list[dict]]] = {}
     for run, rows in histories.items():
