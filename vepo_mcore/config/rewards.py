@@ -40,6 +40,11 @@ class RewardsConfig:
     """Tolerated share of foreign-script letters / foreign words."""
     zeta_mix: float = 5.0
     """Slope of the code-mixing penalty above the threshold."""
+    rep_threshold: float = 0.1
+    """Tolerated share of characters that repeat a looping unit (the `repetition` term, off unless
+    weighted)."""
+    zeta_rep: float = 2.0
+    """Slope of the repetition penalty above the threshold."""
     comet_checkpoint: str | None = None
     """COMET-22 checkpoint path (needed when mt = 'comet')."""
     comet_batch_size: int = 16
@@ -61,6 +66,8 @@ class RewardsConfig:
             raise ValueError(f"rl.rewards.lid_threshold must be in [0, 1), got {self.lid_threshold}")
         if not 0 <= self.mix_threshold <= 1 or not 0 <= self.format_min_preserve <= 1:
             raise ValueError("rl.rewards.mix_threshold and rl.rewards.format_min_preserve must be in [0, 1]")
+        if not 0 <= self.rep_threshold < 1:
+            raise ValueError(f"rl.rewards.rep_threshold must be in [0, 1), got {self.rep_threshold}")
         if self.mt == "comet" and not self.comet_checkpoint:
             raise ValueError(
                 "rl.rewards.mt = 'comet' needs rl.rewards.comet_checkpoint (wmt22-comet-da model.ckpt)"
