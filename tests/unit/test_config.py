@@ -58,6 +58,14 @@ def test_dotted_overrides_are_typed_and_nested():
     assert parse_overrides(["--a.b-c", "1"]) == {"a": {"b_c": 1}}
 
 
+def test_a_dotted_key_of_a_mapping_adds_to_it():
+    default = load_config(JobConfig, EXAMPLES / "tiny.yaml").rl.rewards.weights
+    cfg = load_config(JobConfig, EXAMPLES / "tiny.yaml", ["--rl.rewards.weights.repetition", "0.5"])
+    assert cfg.rl.rewards.weights == {**default, "repetition": 0.5} and "mt" in default
+    cfg = load_config(JobConfig, EXAMPLES / "tiny.yaml", ["--rl.rewards.weights.length", "0"])
+    assert cfg.rl.rewards.weights == {**default, "length": 0}
+
+
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [

@@ -182,7 +182,10 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
             raise ValueError(f"{path}: top level must be a mapping of sections, got {type(loaded).__name__}")
         data = loaded
     if overrides:
-        data = _merge(data, parse_overrides(overrides))
+        # Into the file's values over the defaults: a dotted key of a mapping field adds to or
+        # changes that mapping (--rl.rewards.weights.repetition 0.5 keeps mt, length, ...); a
+        # mapping written in the file replaces the default one.
+        data = _merge(to_dict(from_dict(cls, data)), parse_overrides(overrides))
     cfg = from_dict(cls, data)
     validate = getattr(cfg, "validate", None)
     if validate is not None:
