@@ -159,3 +159,15 @@ def test_c1_c7_read_the_toy_summary_and_the_decision_study():
     verdict = claims.claim_c7(study)
     assert verdict["verdict"] == claims.NOT_REPRODUCED and not math.isnan(verdict["evidence"]["entropy_sft"])
     json.dumps(claims.all_claims(_grid(), {}, None, None, None))  # every verdict serialises
+
+
+def test_the_grid_takes_the_rl_prompts_the_toy_planned(tmp_path):
+    from vepo_mcore.toy.grid import toy_rl_prompts
+
+    assert toy_rl_prompts(tmp_path) == {}
+    planned = {"directions": "en-th,th-en", "prompt_sentences": "800:"}  # what run_seed writes
+    (tmp_path / "rl_prompts.json").write_text(json.dumps(planned))
+    setup = GridSetup(
+        sft=tmp_path / "sft", tokenizer=tmp_path / "tok", vocab_size=10, **toy_rl_prompts(tmp_path)
+    )
+    assert (setup.directions, setup.prompt_sentences) == ("en-th,th-en", "800:")

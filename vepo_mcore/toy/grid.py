@@ -69,17 +69,13 @@ class GridSetup:
     @classmethod
     def from_toy(cls, seed_dir: str | Path, **settings) -> GridSetup:
         """The setup of one toy seed (tools/run_toy.py): its SFT checkpoint, the tokenizer that
-        checkpoint was trained with, and the RL run's directions and prompt sentences."""
+        checkpoint was trained with, and its RL stage's prompts (toy_rl_prompts)."""
         from vepo_mcore.training.checkpointing import checkpoint_config
 
         seed_dir = Path(seed_dir)
         sft_cfg, _ = checkpoint_config(seed_dir / "sft")
-        prompts = {}
-        if (seed_dir / "rl" / "config.yaml").is_file():
-            rl = checkpoint_config(seed_dir / "rl")[0].rl
-            prompts = {"directions": rl.directions, "prompt_sentences": rl.prompt_sentences}
         return cls(sft=seed_dir / "sft", tokenizer=Path(sft_cfg.tokenizer.path),
-                   vocab_size=sft_cfg.model.vocab_size, **{**prompts, **settings})  # fmt: skip
+                   vocab_size=sft_cfg.model.vocab_size, **{**toy_rl_prompts(seed_dir), **settings})  # fmt: skip
 
     def overrides(self, run: GridRun, steps: int, out: Path) -> list[str]:
         flags = [
@@ -101,6 +97,19 @@ class GridSetup:
         if run.keeps_checkpoint:
             flags += ["--training.checkpoint.save", str(out / run.name / "checkpoint")]
         return [*flags, *self.extra]
+
+
+def toy_rl_prompts(seed_dir: Path) -> dict[str, str]:
+    """The directions and prompt sentences of a toy seed's RL stage: those run_toy planned
+    (rl_prompts.json), or else those its RL run used; {} when neither is there."""
+    from vepo_mcore.training.checkpointing import checkpoint_config
+
+    if (seed_dir / "rl_prompts.json").is_file():
+        return json.loads((seed_dir / "rl_prompts.json").read_text())
+    if (seed_dir / "rl" / "config.yaml").is_file():
+        rl = checkpoint_config(seed_dir / "rl")[0].rl
+        return {"directions": rl.directions, "prompt_sentences": rl.prompt_sentences}
+    return {}
 
 
 def plan_grid(
