@@ -216,12 +216,10 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
     base_data = _data_paths({"en": paths["base_data"] / "cpt_en_text_document"})
     cpt_data = _data_paths({lang: paths["cpt_data"] / f"cpt_{lang}_text_document" for lang in plan.langs})
     sft_file, rl_prompts = _sft_and_rl_split(plan, paths["sft"])
-    root.mkdir(
-        parents=True, exist_ok=True
-    )  # what RL will train on, for runs from the SFT checkpoint (the grid)
-    (root / "rl_prompts.json").write_text(
-        json.dumps({"directions": plan.directions, "prompt_sentences": rl_prompts})
-    )
+    # What RL trains on, for the runs that start from this seed's SFT checkpoint (the grid).
+    root.mkdir(parents=True, exist_ok=True)
+    prompts = {"directions": plan.directions, "prompt_sentences": rl_prompts}
+    (root / "rl_prompts.json").write_text(json.dumps(prompts))
     sft_data = ["--data.sft_phases", json.dumps([{"name": "translation", "paths": {"translation": str(sft_file)},
                                                   "weights": {"translation": 1.0}}])]  # fmt: skip
     resize = [sys.executable, str(TOOLS / "resize_embeddings.py"), "--megatron-load", str(root / "base"),
