@@ -128,7 +128,7 @@ def test_latest_pointer_errors(tmp_path):
     assert read_latest(tmp_path) is None
     assert resolve_checkpoint(tmp_path) is None
     (tmp_path / LATEST_FILE).write_text("12\n")
-    with pytest.raises(FileNotFoundError, match="iteration 12"):
+    with pytest.raises(ValueError, match="iteration 12 is not a whole checkpoint"):
         resolve_checkpoint(tmp_path)
     (tmp_path / LATEST_FILE).write_text("iter_12")
     with pytest.raises(ValueError, match="expected an iteration number"):

@@ -12,6 +12,7 @@ On-disk layout (everything a resume or a conversion needs, nothing else):
                            config (as a dict), format_version, has_optimizer
         config.yaml        the JobConfig of the run (rank 0)
         tokenizer/         the tokenizer files of the run, when a tokenizer directory is given
+        integrity.json     size and SHA-256 of every other file above, written last
     <save>/config.yaml, <save>/tokenizer/      the same, beside the checkpoints (the layout
                                                 vepo_mcore.checkpoint.convert reads and writes)
 
@@ -19,6 +20,15 @@ Atomicity: every rank writes into `iter_XXXXXXX.tmp`; after a barrier rank 0 add
 and tokenizer, renames the directory to `iter_XXXXXXX` and only then replaces the `latest`
 file (write to a temp file, fsync, os.replace). A crash anywhere before that leaves `latest`
 on the previous complete checkpoint; a stale `.tmp` is removed by the next save.
+
+Integrity: each rank hashes the shard files it wrote straight after writing them (still in its page
+cache, so no rank reads more than its own share and nothing is read twice from disk); rank 0 adds
+the rest and writes `integrity.json` last, inside the `.tmp` folder before the rename. Loading
+checks every file's size against it (a stat, always) and, with `verify_hashes`, its SHA-256 (the
+ranks split the files). When the newest checkpoint of a save folder is damaged or incomplete the
+load says which file and why and falls back to the newest intact one; a checkpoint named by its
+own iteration folder is refused instead. Folders without integrity.json (written before it
+existed, or converted from HF) load unchecked.
 
 Resharding: model and optimizer go through dist_checkpointing, so a checkpoint loads into a
 different DP size and (model + plain optimizer) into a different TP/PP layout. RNG states are
@@ -29,9 +39,14 @@ produces); loading one restores only the model (like `finetune=True`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
+import re
 import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +60,7 @@ from vepo_mcore.config.base import _merge, parse_overrides, to_dict
 from vepo_mcore.training.optimizer import unwrap
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
+INTEGRITY_FILE = "integrity.json"
 FORMAT_VERSION = 1
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -83,19 +99,147 @@ def read_latest(checkpoint_dir: str | Path) -> int | None:
     return int(text)
 
 
-def resolve_checkpoint(load: str | Path, iteration: int | None = None) -> Path | None:
-    """The checkpoint directory to load from `load`: a save dir (its `latest`, or `iteration`), or an
-    iteration directory itself (holding metadata.json). None when `load` holds no checkpoint yet."""
+def resolve_checkpoint(
+    load: str | Path,
+    iteration: int | None = None,
+    *,
+    verify_hashes: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> Path | None:
+    """The checkpoint directory to load from `load`: a save dir (its newest intact checkpoint, or
+    `iteration`), or an iteration directory itself (holding metadata.json). None when `load` holds no
+    checkpoint yet.
+
+    Every candidate is checked against its integrity.json (sizes; SHA-256 too with verify_hashes).
+    A damaged newest checkpoint falls back to the newest intact one, reported through `warn`
+    (default: a warning on rank 0's stderr); a damaged checkpoint the caller named (an iteration
+    directory, or `iteration`) is a ValueError naming the file. Collective when verify_hashes is set
+    and torch.distributed is up (the ranks split the hashing).
+    """
     load = Path(load)
-    if (load / "metadata.json").is_file():
-        return load
-    it = iteration if iteration is not None else read_latest(load)
-    if it is None:
+    warn = _warn_rank0 if warn is None else warn
+    if (load / "metadata.json").is_file() or iteration is not None:
+        path = load if iteration is None else iteration_dir(load, iteration)
+        if not (path / "metadata.json").is_file():
+            raise FileNotFoundError(f"{path} is not a checkpoint (no metadata.json)")
+        problem = check_integrity(path, verify_hashes)
+        if problem is not None:
+            raise ValueError(
+                f"checkpoint {path} is damaged: {problem}; load another iteration, or point at the save "
+                "folder to load its newest intact checkpoint"
+            )
+        return path
+    candidates, problems = _candidates(load)
+    for it in candidates:
+        path = iteration_dir(load, it)
+        if (path / "metadata.json").is_file():
+            problem = check_integrity(path, verify_hashes)
+        else:
+            problem = f"{path / 'metadata.json'} is missing (iteration {it} is not a whole checkpoint)"
+        if problem is None:
+            if problems:
+                warn(
+                    "WARNING: "
+                    + "; ".join(problems)
+                    + f". Loading the newest intact checkpoint instead: {path}"
+                )
+            return path
+        problems.append(f"checkpoint {path} is damaged: {problem}")
+    if problems:
+        raise ValueError(
+            f"{load} holds no intact checkpoint: " + "; ".join(problems) + ". Move the damaged iter_* "
+            "folders aside (or set training.checkpoint.save to a new folder) to start afresh"
+        )
+    return None
+
+
+def _candidates(save_dir: Path) -> tuple[list[int], list[str]]:
+    """Iterations to try, newest first: the one `latest` names and the older complete folders; plus
+    what is wrong with the `latest` pointer itself (unreadable, or missing beside checkpoints)."""
+    on_disk = sorted(
+        (int(p.name[5:]) for p in save_dir.glob("iter_*") if p.is_dir() and p.name[5:].isdigit()),
+        reverse=True,
+    )
+    try:
+        latest = read_latest(save_dir)
+    except ValueError as exc:
+        return on_disk, [str(exc)]
+    if latest is None:
+        problems = (
+            [f"{save_dir / LATEST_FILE} is missing beside {len(on_disk)} checkpoint(s)"] if on_disk else []
+        )
+        return on_disk, problems
+    older = [it for it in on_disk if it < latest]
+    return [latest, *older], []
+
+
+def _warn_rank0(text: str) -> None:
+    if _rank() == 0:
+        print(text, file=sys.stderr, flush=True)
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file, read in 4 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record_files(root: Path, files: list[Path]) -> dict[str, dict[str, Any]]:
+    """{path relative to root: {size, sha256}} of `files`."""
+    return {str(f.relative_to(root)): {"size": f.stat().st_size, "sha256": file_digest(f)} for f in files}
+
+
+def _shard_writer(name: str) -> int | None:
+    """The global rank that wrote a torch_dist shard (`__<rank>_<n>.distcp`); None for other files."""
+    match = re.fullmatch(r"__(\d+)_\d+\.distcp", name)
+    return int(match.group(1)) if match else None
+
+
+def write_integrity(root: Path, recorded: dict[str, dict[str, Any]]) -> None:
+    """Complete `recorded` with every file under `root` it lacks and write root/integrity.json (fsynced)."""
+    rest = [f for f in sorted(root.rglob("*")) if f.is_file() and str(f.relative_to(root)) not in recorded]
+    files = {**recorded, **record_files(root, [f for f in rest if f.name != INTEGRITY_FILE])}
+    with open(root / INTEGRITY_FILE, "w") as f:
+        json.dump({"algorithm": "sha256", "files": dict(sorted(files.items()))}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def check_integrity(path: str | Path, verify_hashes: bool = False) -> str | None:
+    """None when the checkpoint at `path` matches its integrity.json (or has none); else
+    '<file>: <why>' for its first damaged file. Sizes always; SHA-256 with verify_hashes (each rank
+    hashes its share of the files when torch.distributed is up, so call it on every rank then)."""
+    path = Path(path)
+    manifest = path / INTEGRITY_FILE
+    if not manifest.is_file():
         return None
-    path = iteration_dir(load, it)
-    if not (path / "metadata.json").is_file():
-        raise FileNotFoundError(f"{load}/{LATEST_FILE} names iteration {it} but {path} is not a checkpoint")
-    return path
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError) as exc:
+        return f"{manifest}: unreadable ({exc})"
+    problems = []
+    for name, record in files.items():
+        f = path / name
+        if not f.is_file():
+            problems.append(f"{f}: missing")
+        elif f.stat().st_size != record["size"]:
+            problems.append(f"{f}: {f.stat().st_size} bytes, {record['size']} recorded when it was written")
+    if problems or not verify_hashes:
+        return problems[0] if problems else None
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    mine = [
+        f"{path / name}: SHA-256 differs from the one recorded when it was written"
+        for i, (name, record) in enumerate(sorted(files.items()))
+        if i % world == rank and file_digest(path / name) != record["sha256"]
+    ]
+    if world > 1:
+        everyone: list[list[str] | None] = [None] * world
+        dist.all_gather_object(everyone, mine)
+        mine = [p for found in everyone for p in (found or [])]
+    return mine[0] if mine else None
 
 
 def _rank() -> int:
@@ -212,6 +356,12 @@ def save_checkpoint(
     )
     dist_checkpointing.save(state, str(tmp))
     _barrier()
+    # Each rank hashes the shards it just wrote (from its page cache); rank 0 records the rest.
+    own = [f for f in sorted(tmp.iterdir()) if _shard_writer(f.name) == _rank()]
+    recorded = [record_files(tmp, own)]
+    if dist.is_initialized():
+        recorded = [None] * dist.get_world_size()
+        dist.all_gather_object(recorded, record_files(tmp, own))
 
     if _rank() == 0:
         # Inside the iteration (self-contained) and beside it (where tools/convert_hf.py looks).
@@ -220,6 +370,7 @@ def save_checkpoint(
                 save_config(config, where / "config.yaml")
             if tokenizer_dir is not None:
                 copy_tokenizer(tokenizer_dir, where / "tokenizer")
+        write_integrity(tmp, {name: r for part in recorded for name, r in part.items()})
         if final.exists():  # re-saving an iteration: the old copy goes only once the new one is whole
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -318,15 +469,17 @@ def load_checkpoint(
     *,
     iteration: int | None = None,
     finetune: bool = False,
+    verify_hashes: bool = False,
 ) -> LoadedState | None:
     """Collective: load the checkpoint at `load` (save dir or iteration dir) into model/optimizer/scheduler.
 
     `finetune=True`, or a weights-only checkpoint, loads only the model and starts at iteration 0.
-    Returns None when `load` is a save directory with no checkpoint yet.
+    Returns None when `load` is a save directory with no checkpoint yet. The checkpoint is checked
+    first (resolve_checkpoint): a damaged newest one falls back to the newest intact one.
     """
     from megatron.core import dist_checkpointing
 
-    path = resolve_checkpoint(load, iteration)
+    path = resolve_checkpoint(load, iteration, verify_hashes=verify_hashes)
     if path is None:
         return None
     common = dist_checkpointing.load_common_state_dict(str(path))
