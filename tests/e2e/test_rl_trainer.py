@@ -71,7 +71,7 @@ def test_rl_runs_logs_checkpoints_and_resumes_exactly(tmp_path):
     assert [r["step"] for r in first] == [1] and [r["step"] for r in resumed] == [2]
     for key in (
         "train/loss",
-        "rollout/reward_mean",
+        "rollout/reward_normalised_mean",
         "reward/mt",
         "rl/kl_k3",
         "rollout/len_mean",

@@ -55,6 +55,13 @@ class CheckpointConfig:
     """Keep the newest K checkpoints; 0 keeps all."""
     finetune: bool = False
     """Load only model weights from `load` (no optimizer/scheduler/data position)."""
+    verify_hashes: bool = False
+    """Also check every checkpoint file's SHA-256 against its integrity.json when loading (reads the
+    checkpoint once more, split over the ranks); file sizes are always checked."""
+    lock_stale_minutes: float = 10.0
+    """A `save` folder is locked by the run writing it (save/writer.lock, refreshed every 30 s). A lock
+    left by a dead process on this host is taken over at once; one from another host when it is
+    older than this many minutes."""
 
 
 @dataclass(kw_only=True)
@@ -68,7 +75,8 @@ class LoggingConfig:
     metrics_jsonl: str | None = None
     """JSONL metrics file (None = <save>/metrics.jsonl if save is set)."""
     progress_bar: bool = True
-    """Show a progress bar on rank 0 with tokens/s and ETA."""
+    """Show a progress bar on rank 0 with tokens/s and ETA when stderr is a terminal; otherwise (or
+    when false) print one plain line per log interval."""
 
 
 @dataclass(kw_only=True)

@@ -88,15 +88,18 @@ class RLTrainer:
             seed=cfg.training.seed,
             sentences=cfg.rl.prompt_sentences,
         )
-        self.iteration = 0
+        self.iteration, self.resumed_from = 0, None
         if ckpt.save:
-            state = load_checkpoint(ckpt.save, self.model, self.optimizer, self.scheduler)
+            state = load_checkpoint(
+                ckpt.save, self.model, self.optimizer, self.scheduler, verify_hashes=ckpt.verify_hashes
+            )
             if state is not None:
-                self.iteration = state.iteration
+                self.iteration, self.resumed_from = state.iteration, state.path
                 self.prompts.load_state_dict(state.data_state["prompts"])
-                if self.critic is not None:
+                if self.critic is not None:  # the critic of the same step as the policy
                     load_checkpoint(Path(ckpt.save) / "critic", self.critic, self.critic_optimizer,
-                                    self.critic_scheduler)  # fmt: skip
+                                    self.critic_scheduler, iteration=state.iteration,
+                                    verify_hashes=ckpt.verify_hashes)  # fmt: skip
         self.engine = build_engine(cfg, model=unwrap(self.model), tokenizer=self.tokenizer)
         self.weights_stale = not self.engine.shares_training_weights
 
@@ -238,13 +241,21 @@ class RLTrainer:
 
 def train_rl(cfg: JobConfig) -> list[dict[str, float]]:
     """Run RL to training.train_iters steps, logging and checkpointing; returns this call's metrics."""
+    from vepo_mcore.training.writer_lock import save_folder_lock
+
+    with save_folder_lock(cfg.training.checkpoint):  # one run writes a save folder at a time
+        return _train_rl(RLTrainer(cfg))
+
+
+def _train_rl(trainer: RLTrainer) -> list[dict[str, float]]:
     from vepo_mcore.rl.curves import plot_curves
     from vepo_mcore.training.logging import MetricsLogger
 
-    trainer = RLTrainer(cfg)
     t = trainer.cfg.training
     logger = MetricsLogger(trainer.cfg, trainer.iteration, is_writer=dist.get_rank() == 0,
                            world_size=dist.get_world_size())  # fmt: skip
+    where = f"resumed from {trainer.resumed_from}" if trainer.resumed_from else "fresh start"
+    logger.message(f"RL steps {trainer.iteration} -> {t.train_iters} ({where})")
     history = []
     while trainer.iteration < t.train_iters:
         metrics = trainer.step()
@@ -335,8 +346,11 @@ def _mean(values: list[float]) -> float:
 
 
 def _reward_metrics(samples: list[Sample]) -> dict[str, float]:
-    """Means of every reward term and constraint pass rate over all K candidates."""
-    metrics = {"rollout/reward_mean": _mean([s.reward for s in samples])}
+    """Means of every reward term and constraint pass rate over all K candidates.
+
+    reward/total is the raw weighted total; rollout/reward_normalised_mean the mean of the reward the
+    loss sees (z-normalised over the batch by default, so about 0 at every step)."""
+    metrics = {"rollout/reward_normalised_mean": _mean([s.reward for s in samples])}
     for name in samples[0].reward_terms:
         metrics[f"reward/{name}"] = _mean([s.reward_terms.get(name, 0.0) for s in samples])
     for name in samples[0].passed:
@@ -353,7 +367,7 @@ def _experience_metrics(samples: list[Sample], exp: dict[str, Any]) -> dict[str,
         "rollout/len_mean": lengths.mean().item(),
         "rollout/len_max": lengths.max().item(),
         "rollout/truncated_frac": _mean([float(s.finish_reason == "length") for s in samples]),
-        "rollout/kept_reward_mean": exp["rewards"].mean().item(),
+        "rollout/kept_reward_normalised_mean": exp["rewards"].mean().item(),
         "rollout/groups_with_spread": groups_with_spread(samples),
         "rollout/entropy": exp["entropy"][mask].mean().item() if mask.any() else 0.0,
         "rl/adv_mean": exp["advantages"][mask].mean().item() if mask.any() else 0.0,

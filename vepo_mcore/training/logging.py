@@ -7,12 +7,18 @@
 Metric names are namespaced (`train/loss`, `train/grad_norm`, `perf/tokens_per_s`); the JSONL
 file gets one object per logged step with `step` plus every metric. Only the writer rank
 (rank 0) opens files or prints; every other rank's logger is a no-op.
+
+Metrics resume with the run: a logger starting at iteration N (a resume, or 0 for a fresh start)
+first drops the JSONL records after step N (left by a run killed after its last checkpoint) and
+opens tensorboard with purge_step N + 1, so each step appears once in both. The progress bar is
+drawn only on a terminal; when stderr is a file (SLURM, CI) each log interval prints one line.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -72,11 +78,13 @@ class MetricsLogger:
         if tb_dir:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(tb_dir)
+            # Events at steps > start_iteration (from a run killed after its last save) are dropped.
+            self._tb = SummaryWriter(tb_dir, purge_step=start_iteration + 1)
         if jsonl:
             Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
+            drop_records_after(jsonl, start_iteration)
             self._jsonl = open(jsonl, "a")  # noqa: SIM115 - kept open for the whole run
-        if log.progress_bar:
+        if log.progress_bar and sys.stderr.isatty():
             from tqdm import tqdm
 
             self._bar = tqdm(
@@ -139,6 +147,30 @@ class MetricsLogger:
             self._tb.close()
         if self._jsonl is not None:
             self._jsonl.close()
+
+
+def drop_records_after(path: str | Path, step: int) -> int:
+    """Rewrite the JSONL metrics file `path` without its records after `step` (atomically); returns how
+    many were dropped. A torn last line (the writer killed mid-write) goes too."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            dropped += 1
+            continue
+        if record.get("step", 0) > step:
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, path)
+    return dropped
 
 
 def _summary(row: dict[str, float]) -> str:

@@ -133,22 +133,37 @@ def pretrain(
     model passes its own. A dataset whose items hold several sequences (the RM's pairs) says so in
     `rows_per_sample`. Returns the per-step metrics of the steps run in this call (on every rank).
     """
+    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.training.writer_lock import save_folder_lock
+
+    if cfg.parallel.virtual_pipeline_model_parallel_size is not None:
+        raise ValueError(
+            "parallel.virtual_pipeline_model_parallel_size: the training loop runs one chunk per stage"
+        )
+    init_model_parallel(cfg.parallel, seed=cfg.training.seed)
+    cfg.validate(dist.get_world_size())
+    with save_folder_lock(cfg.training.checkpoint):  # one run writes a save folder at a time
+        return _train(cfg, train_dataset, valid_dataset, forward_step_func, tokenizer_dir, model_provider)
+
+
+def _train(
+    cfg: JobConfig,
+    train_dataset: Sequence[dict] | None,
+    valid_dataset: Sequence[dict] | None,
+    forward_step_func: Callable,
+    tokenizer_dir: str | None,
+    model_provider: Callable[[JobConfig], torch.nn.Module] | None,
+) -> list[dict[str, float]]:
+    """pretrain's body, run while the save folder is locked."""
     from megatron.core import parallel_state as ps
 
     from vepo_mcore.models.builder import build_model
-    from vepo_mcore.parallel import init_model_parallel
     from vepo_mcore.training.checkpointing import save_checkpoint
     from vepo_mcore.training.logging import MetricsLogger
     from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, wrap_model
     from vepo_mcore.training.sampler import micro_batches
 
     t, ckpt = cfg.training, cfg.training.checkpoint
-    if cfg.parallel.virtual_pipeline_model_parallel_size is not None:
-        raise ValueError(
-            "parallel.virtual_pipeline_model_parallel_size: the training loop runs one chunk per stage"
-        )
-    init_model_parallel(cfg.parallel, seed=t.seed)
-    cfg.validate(dist.get_world_size())
     if train_dataset is None:
         train_dataset, valid_dataset, tokenizer_dir = default_datasets(cfg)
     if tokenizer_dir is not None:
@@ -180,6 +195,8 @@ def pretrain(
 
     logger = MetricsLogger(cfg, iteration, is_writer=dist.get_rank() == 0, world_size=dist.get_world_size())
     logger.message(describe_run(cfg, train_dataset, dp_size, n_micro, iteration))
+    if state is not None:
+        logger.message(f"resumed from {state.path} at step {iteration}")
     data = micro_batches(train_dataset, consumed, t.micro_batch_size, dp_rank, dp_size)
     rows = getattr(train_dataset, "rows_per_sample", 1)  # sequences per sample: megatron's p2p shapes
     tokens_per_step = t.global_batch_size * rows * t.seq_length
@@ -225,7 +242,8 @@ def resumes_own_checkpoint(cfg: JobConfig) -> bool:
     from vepo_mcore.training.checkpointing import resolve_checkpoint
 
     save = cfg.training.checkpoint.save
-    return bool(save) and resolve_checkpoint(save) is not None
+    # Quiet: resume_or_initialise reports a fallback when it loads.
+    return bool(save) and resolve_checkpoint(save, warn=lambda text: None) is not None
 
 
 def resume_or_initialise(cfg: JobConfig, model, optimizer, scheduler):
@@ -237,9 +255,11 @@ def resume_or_initialise(cfg: JobConfig, model, optimizer, scheduler):
 
     ckpt = cfg.training.checkpoint
     if resumes_own_checkpoint(cfg):
-        return load_checkpoint(ckpt.save, model, optimizer, scheduler)
+        return load_checkpoint(ckpt.save, model, optimizer, scheduler, verify_hashes=ckpt.verify_hashes)
     if ckpt.load:
-        state = load_checkpoint(ckpt.load, model, optimizer, scheduler, finetune=ckpt.finetune)
+        state = load_checkpoint(
+            ckpt.load, model, optimizer, scheduler, finetune=ckpt.finetune, verify_hashes=ckpt.verify_hashes
+        )
         if state is None:
             raise FileNotFoundError(f"training.checkpoint.load={ckpt.load} holds no checkpoint")
         return state

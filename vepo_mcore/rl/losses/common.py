@@ -143,7 +143,7 @@ def token_metrics(
         if batch.entropy is not None:
             out["rl/entropy"] = (batch.entropy.detach() * m).sum() / n
         if batch.rewards is not None:
-            out["rl/reward_mean"] = batch.rewards.detach().to(torch.float32).mean()
+            out["rl/reward_normalised_mean"] = batch.rewards.detach().to(torch.float32).mean()
         if batch.ref_logp is not None:
             out.update(kl_metrics(batch.logp.detach(), batch.ref_logp.detach(), m))
     return out

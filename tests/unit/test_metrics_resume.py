@@ -1,0 +1,53 @@
+"""Metrics resume with the run: a logger starting at iteration N drops the JSONL records and the
+tensorboard events after N (a run killed after its last checkpoint), so each step appears once;
+off a terminal the logger prints one plain line per log interval."""
+
+from __future__ import annotations
+
+import json
+
+from vepo_mcore.config import JobConfig
+from vepo_mcore.training.logging import MetricsLogger, drop_records_after
+
+
+def _cfg(tmp_path) -> JobConfig:
+    cfg = JobConfig()
+    cfg.training.train_iters = 6
+    cfg.training.checkpoint.save = str(tmp_path)
+    return cfg
+
+
+def _run(cfg, start: int, stop: int, offset: float) -> None:
+    logger = MetricsLogger(cfg, start)
+    for step in range(start + 1, stop + 1):
+        logger.log(step, {"train/loss": step + offset}, tokens=100)
+    logger.close()
+
+
+def test_resume_drops_the_steps_after_the_checkpoint(tmp_path, capsys):
+    cfg = _cfg(tmp_path)
+    _run(cfg, 0, 5, offset=0.0)  # killed after step 5, last checkpoint at step 2
+    _run(cfg, 2, 6, offset=0.5)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["train/loss"] for r in rows] == [1, 2, 3.5, 4.5, 5.5, 6.5]
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    scalars = events.Scalars("train/loss")
+    assert [e.step for e in scalars] == [1, 2, 3, 4, 5, 6]
+    assert [e.value for e in scalars] == [1, 2, 3.5, 4.5, 5.5, 6.5]
+
+    # stderr is not a terminal here: no progress bar redrawn with carriage returns, one line a step.
+    err = capsys.readouterr().err
+    assert "\r" not in err and "step 6/6 | loss 6.5000" in err
+
+
+def test_a_torn_last_line_is_dropped(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n{"step": 3, "a"')
+    assert drop_records_after(path, 2) == 1
+    assert path.read_text() == '{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n'
+    assert drop_records_after(path, 2) == 0 and drop_records_after(tmp_path / "absent.jsonl", 0) == 0
