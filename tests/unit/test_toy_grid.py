@@ -45,7 +45,7 @@ def test_plan_grid_seeds_the_compared_cells_and_adds_the_overlong_arm():
 )  # fmt: skip
 def test_every_run_is_a_valid_rl_config(run, tmp_path):
     setup = GridSetup(sft=tmp_path / "sft", tokenizer=tmp_path / "tok", vocab_size=18358, prompt_sentences="800:",
-                      extra=("--rl.prompts_per_step", "4"))  # fmt: skip
+                      extra=("--training.micro_batch_size", "8"))  # fmt: skip
     flags = setup.overrides(run, steps=7, out=tmp_path)
     _, cfg = job_from_cli(flags, "")
     assert isinstance(cfg, JobConfig)
@@ -53,7 +53,8 @@ def test_every_run_is_a_valid_rl_config(run, tmp_path):
     assert cfg.rl.loss.temperature == cfg.rl.rollout.sampling.temperature == 1.0
     assert cfg.training.train_iters == 7 and cfg.training.seed == 1000 + run.seed
     assert cfg.training.optimizer.lr == cfg.training.optimizer.min_lr == 2e-4
-    assert cfg.rl.prompt_sentences == "800:" and cfg.rl.prompts_per_step == 4
+    assert cfg.rl.prompt_sentences == "800:" and cfg.training.micro_batch_size == 8
+    assert cfg.rl.mini_batches == 2  # two updates per rollout batch: the clips act
     assert cfg.rl.filtering.dynamic_sampling == (run.algorithm == "dapo")
     assert cfg.rl.loss.overlong_buffer == (16 if run.overlong else 0)
     assert cfg.training.logging.metrics_jsonl == str(tmp_path / run.name / "metrics.jsonl")

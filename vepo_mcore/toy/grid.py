@@ -62,6 +62,9 @@ class GridSetup:
     kl_coef: float = 0.05
     lr: float = 2e-4
     """Constant learning rate: twice the toy's RL rate, so 40 steps move the policy as far as ~80."""
+    mini_batches: int = 2
+    """Updates per rollout batch (the 7B recipe: 4). With one, every update is on-policy, the ratio is
+    1 and no clip (PPO's, DAPO's and VEPO's clip-higher) ever acts."""
     overlong_buffer: int = 16
     extra: tuple[str, ...] = ()
     """Dotted overrides every run takes last (--rl.prompts_per_step 4)."""
@@ -85,7 +88,7 @@ class GridSetup:
             "--training.logging.metrics_jsonl", str(out / run.name / "metrics.jsonl"),
             "--rl.directions", self.directions, "--rl.prompt_sentences", self.prompt_sentences,
             "--rl.loss.name", run.algorithm, "--rl.kl.estimator", run.kl, "--rl.kl.coef", str(self.kl_coef),
-            "--rl.kl.measure_interval", "1",
+            "--rl.kl.measure_interval", "1", "--rl.mini_batches", str(self.mini_batches),
             "--training.optimizer.lr", str(self.lr), "--training.optimizer.min_lr", str(self.lr),
             "--rl.loss.temperature", str(self.temperature),
             "--rl.rollout.sampling.temperature", str(self.temperature),

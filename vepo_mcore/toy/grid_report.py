@@ -71,7 +71,8 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
 def grid_markdown(records: list[dict], claims: dict, setup: GridSetup, wall_s: float | None,
                   decision: dict | None) -> str:  # fmt: skip
     lines = ["# The paper's RL grid at toy scale", "",
-             f"From `{setup.sft}`; tau {setup.temperature}, lr {setup.lr}, KL coefficient {setup.kl_coef} (k2/k3), "
+             f"From `{setup.sft}`; tau {setup.temperature}, lr {setup.lr}, {setup.mini_batches} updates per "
+             f"rollout batch, KL coefficient {setup.kl_coef} (k2/k3), "
              f"DAPO overlong buffer {setup.overlong_buffer}; prompts {setup.directions} dev sentences "
              f"`{setup.prompt_sentences}`." + (f" Wall time {wall_s / 60:.0f} min." if wall_s else ""), "",
              "Figures: grid_entropy.png, grid_length.png, grid_overlong.png, grid_decision_point.png.", "",
