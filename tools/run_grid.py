@@ -2,7 +2,7 @@
 {none, k2, k3}, VEPO and GRPO on 3 seeds, DAPO with and without the overlong penalty; then the
 figures, grid.json and a verdict on each claim (claims.json, grid.md).
 
-    python tools/run_grid.py                                # runs/toy/seed0 -> runs/grid -> reports/toy
+    python tools/run_grid.py                                # runs/toy/seed0 -> reports/toy/grid_runs -> reports/toy
     python tools/run_grid.py --steps 4 --seeds 0 --algorithms vepo,grpo --kl none --out /tmp/g \\
         --report-dir /tmp/gr                                # a smoke run
     python tools/run_grid.py --report-only                  # redraw from finished runs
@@ -27,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--toy", default="runs/toy/seed0", help="toy seed directory holding sft/ (tools/run_toy.py)"
     )
-    p.add_argument("--out", default="runs/grid", help="one folder per run")
+    p.add_argument(
+        "--out",
+        default="reports/toy/grid_runs",
+        help="one folder per run (their metrics are committed, so a fresh clone continues the grid)",
+    )
     p.add_argument("--report-dir", default="reports/toy")
     p.add_argument("--steps", type=int, default=40, help="RL steps per run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the VEPO and GRPO cells")

@@ -1,6 +1,6 @@
 """Claim C7 at toy scale: where the SFT policy concentrates its next-token mass, does VEPO spread it?
 
-    study = decision_point_study("runs/toy/seed0/sft", "runs/grid/vepo_kl-none_s0/checkpoint",
+    study = decision_point_study("runs/toy/seed0/sft", "reports/toy/grid_runs/vepo_kl-none_s0/checkpoint",
                                  records)            # records: the SFT policy's held-out jsonl rows
 
 Both policies score the same token sequences: each held-out prompt followed by the SFT policy's own

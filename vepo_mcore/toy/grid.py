@@ -2,8 +2,8 @@
 seeds for the cells the claims compare, and DAPO's overlong study.
 
     runs = plan_grid(seeds=[0, 1, 2])
-    run_grid(runs, GridSetup.from_toy("runs/toy/seed0"), "runs/grid", steps=40, workers=2)
-    records = grid_records(read_histories(runs, "runs/grid"))   # -> reports/toy/grid.json
+    run_grid(runs, GridSetup.from_toy("runs/toy/seed0"), "reports/toy/grid_runs", steps=40, workers=2)
+    records = grid_records(read_histories(runs, "reports/toy/grid_runs"))   # -> reports/toy/grid.json
 
 Every run is tools/train_vepo.py with examples/configs/toy/rl.yaml and the same overrides except
 what defines its algorithm (rl.loss.name; DAPO also turns on dynamic sampling, and its overlong

@@ -1,6 +1,6 @@
 """The grid's report: grid.json, the paper's figures, the decision-point study, claims.json, grid.md.
 
-write_grid_report(runs, "runs/grid", "reports/toy", setup, wall_s)
+write_grid_report(runs, "reports/toy/grid_runs", "reports/toy", setup, wall_s)
 """
 
 from __future__ import annotations
