@@ -12,9 +12,9 @@ from vepo_mcore.rl.logprobs import logprobs_and_entropy, reference_logprobs_and_
 N = 11
 
 
-def _data(padded: int, vocab: int):
+def _data(padded: int, vocab: int, scale: float = 3.0):
     g = torch.Generator().manual_seed(3)
-    logits = torch.randn(N, padded, generator=g, dtype=torch.float64) * 3
+    logits = torch.randn(N, padded, generator=g, dtype=torch.float64) * scale
     logits[:, vocab:] = 40.0  # padding must not leak in
     targets = torch.randint(0, vocab, (N,), generator=g)
     w_lp, w_h = (
@@ -24,8 +24,8 @@ def _data(padded: int, vocab: int):
     return logits, targets, w_lp, w_h
 
 
-def _check(rank, world, padded, vocab, temperature, topk_frac, use_megatron_group):
-    logits, targets, w_lp, w_h = _data(padded, vocab)
+def _check(rank, world, padded, vocab, temperature, topk_frac, use_megatron_group, scale=3.0, chunk=4):
+    logits, targets, w_lp, w_h = _data(padded, vocab, scale)
     shard = padded // world
     group = dist.group.WORLD
     if use_megatron_group:
@@ -34,7 +34,7 @@ def _check(rank, world, padded, vocab, temperature, topk_frac, use_megatron_grou
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=world)
         group = None  # must default to megatron's TP group
     x = logits[:, rank * shard : (rank + 1) * shard].float().clone().requires_grad_(True)
-    lp, h = logprobs_and_entropy(x, targets, temperature, 4, vocab, group=group, topk_frac=topk_frac)
+    lp, h = logprobs_and_entropy(x, targets, temperature, chunk, vocab, group=group, topk_frac=topk_frac)
     ((lp * w_lp.float()).sum() + (h * w_h.float()).sum()).backward()
 
     y = logits.clone().requires_grad_(True)
@@ -55,6 +55,9 @@ def _all_cases(rank, world):
     _check(rank, world, 20, 9, 1.3, None, False)
     _check(rank, world, 20, 9, 1.0, 0.5, False)
     _check(rank, world, 20, 17, 0.7, None, True)
+    # Qwen-sized vocabulary, logits spread over ~50 (fp32 sums of 76k terms per shard), chunk by bytes
+    _check(rank, world, 152_064, 151_665, 0.7, None, False, scale=5.5, chunk=None)
+    _check(rank, world, 152_064, 151_665, 1.0, 0.2, False, scale=5.5, chunk=None)
     _global_std(rank)
 
 

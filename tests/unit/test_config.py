@@ -80,6 +80,7 @@ def test_a_dotted_key_of_a_mapping_adds_to_it():
         (["--model.nmu_layers", "2"], "nmu_layers"),
         (["--rl.loss.temperature", "0.7"], "rl.rollout.sampling.temperature"),
         (["--rl.loss.std_scope", "batch"], "rl.loss.std_scope"),
+        (["--rl.loss.logprob_chunk_size", "0"], "rl.loss.logprob_chunk_size"),
         (
             ["--rl.filtering.num_candidates", "2", "--rl.filtering.group_size", "4"],
             "rl.filtering.num_candidates",

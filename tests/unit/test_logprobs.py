@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vepo_mcore.rl.logprobs import logprobs_and_entropy, reference_logprobs_and_entropy
+from vepo_mcore.rl import logprobs
+from vepo_mcore.rl.logprobs import chunk_rows, logprobs_and_entropy, reference_logprobs_and_entropy
 
 VOCAB, PADDED = 13, 16
 
@@ -53,6 +54,68 @@ def test_fp32_matches_float64_reference_values_and_grads(temperature, topk_frac)
         assert a.dtype == torch.float32
         torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=0)
     assert torch.all(got[2][:, VOCAB:] == 0), "padding columns must get no gradient"
+
+
+def _wide_spread_logits(vocab: int) -> torch.Tensor:
+    """Rows whose max - min is ~50: Gaussian, uniform, and near one-hot (one logit 40 above the rest)."""
+    g = torch.Generator().manual_seed(5)
+    gaussian = torch.randn(2, vocab, generator=g) * 5.5
+    uniform = torch.rand(2, vocab, generator=g) * 50
+    peaked = torch.randn(2, vocab, generator=g)
+    peaked[:, :2] += 40.0
+    return torch.cat([gaussian, uniform, peaked])
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+@pytest.mark.parametrize("topk_frac", [None, 0.2])
+def test_fp32_within_1e5_of_float64_at_full_vocab_and_wide_spread(temperature, topk_frac):
+    """At Qwen's 152,064-token vocabulary, fp32 log-prob, entropy and gradient stay within 1e-5 of
+    float64: no sum over the vocabulary may accumulate its roundings sequentially (a BLAS dot for
+    sum p z put the entropy 4e-5 off here), and no rounded constant may scale every logit alike."""
+    vocab = 152_064
+    logits = _wide_spread_logits(vocab)
+    targets = torch.tensor([0, 7, 100_000, vocab - 1, 0, 5])  # the peak's own token and others
+    w_lp, w_h = torch.randn(6, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    ref = _value_and_grad(
+        lambda x, t: reference_logprobs_and_entropy(x, t, temperature, topk_frac=topk_frac),
+        logits.double(),
+        targets,
+        w_lp,
+        w_h,
+    )
+    for chunk in (None, 4):
+        got = _value_and_grad(
+            lambda x, t, c=chunk: logprobs_and_entropy(x, t, temperature, c, topk_frac=topk_frac),
+            logits,
+            targets,
+            w_lp.float(),
+            w_h.float(),
+        )
+        for a, b, what in zip(got, ref, ("logp", "entropy", "grad")):
+            assert a.dtype == torch.float32
+            err = (a.double() - b).abs().max().item()
+            assert err <= 1e-5, f"{what} off by {err:.2e} (chunk {chunk})"
+
+
+def test_default_chunk_is_sized_by_bytes(monkeypatch):
+    # the compute dtype decides the bytes: fp32 for bf16 logits too, float64 for float64
+    assert chunk_rows(152_064, torch.float32) == logprobs.CHUNK_BYTES // (152_064 * 4)
+    assert chunk_rows(152_064, torch.bfloat16) == chunk_rows(152_064, torch.float32)
+    assert chunk_rows(1000, torch.float64, chunk_bytes=80_000) == 10
+    assert chunk_rows(10**9, torch.float32) == 1  # never zero tokens
+    # a budget of 3 rows: the default then runs 4 chunks, with the results of one
+    logits, targets = _inputs(n=10)
+    w = torch.randn(10)
+    one_chunk = _value_and_grad(
+        lambda x, t: logprobs_and_entropy(x, t, 0.8, 64, VOCAB), logits, targets, w, w
+    )
+    monkeypatch.setattr(logprobs, "CHUNK_BYTES", 3 * VOCAB * 4)
+    assert chunk_rows(VOCAB, torch.float32) == 3
+    by_bytes = _value_and_grad(
+        lambda x, t: logprobs_and_entropy(x, t, 0.8, None, VOCAB), logits, targets, w, w
+    )
+    for a, b in zip(one_chunk, by_bytes):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("topk_frac", [None, 0.3])
@@ -141,6 +204,8 @@ def test_bad_arguments_raise_value_errors():
         logprobs_and_entropy(logits, targets, topk_frac=1.5)
     with pytest.raises(ValueError, match="disagree"):
         logprobs_and_entropy(logits, targets[:-1])
+    with pytest.raises(ValueError, match="chunk_size"):
+        logprobs_and_entropy(logits, targets, chunk_size=0)
 
 
 def test_backward_keeps_nothing_vocab_sized_but_the_logits():

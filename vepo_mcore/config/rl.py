@@ -46,8 +46,9 @@ class LossConfig:
     'seq_mean' = mean over responses of each response's token mean. GRPO always uses 'seq_mean'."""
     entropy_topk_frac: float | None = None
     """Approximate H by -sum p log p over the top fraction (e.g. 0.2) of tokens; None = exact."""
-    logprob_chunk_size: int = 1024
-    """Tokens per chunk in the fused vocab-parallel log-prob/entropy."""
+    logprob_chunk_size: int | None = None
+    """Tokens per chunk in the fused vocab-parallel log-prob/entropy; None = as many as fit 32 MiB
+    per work buffer (rl.logprobs.CHUNK_BYTES), so its memory does not grow with T."""
     value_clip: float = 0.2
     """PPO: value-function clip range."""
     gae_gamma: float = 1.0
@@ -206,6 +207,11 @@ class RLConfig:
             )
         if self.loss.temperature <= 0:
             raise ValueError(f"rl.loss.temperature must be positive, got {self.loss.temperature}")
+        if self.loss.logprob_chunk_size is not None and self.loss.logprob_chunk_size <= 0:
+            raise ValueError(
+                "rl.loss.logprob_chunk_size must be positive or null (sized by bytes), "
+                f"got {self.loss.logprob_chunk_size}"
+            )
         if abs(self.rollout.sampling.temperature - self.loss.temperature) > 1e-9:
             raise ValueError(
                 f"rl.rollout.sampling.temperature ({self.rollout.sampling.temperature}) must equal "
