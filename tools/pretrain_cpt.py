@@ -13,6 +13,7 @@ import warnings
 
 warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
 
+from vepo_mcore.config.cli import run_cli  # noqa: E402
 from vepo_mcore.config.job import JobConfig, job_from_cli  # noqa: E402
 
 
@@ -49,4 +50,4 @@ def dry_run_summary(cfg: JobConfig, world_size: int | None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -18,6 +18,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from vepo_mcore.config.cli import run_cli
+
 CURVES = (
     ("train/loss", "loss (train)"),
     ("train/bt_loss", "Bradley-Terry loss"),
@@ -85,4 +87,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

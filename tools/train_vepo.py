@@ -10,6 +10,7 @@ Every field of the config tree can be overridden with a dotted flag.
 import sys
 
 from vepo_mcore.config import to_dict
+from vepo_mcore.config.cli import run_cli
 from vepo_mcore.config.job import job_from_cli
 
 
@@ -36,4 +37,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -62,5 +62,8 @@ def job_from_cli(argv: list[str] | None, description: str) -> tuple[argparse.Nam
     parser.add_argument("--config", help="YAML config (see examples/configs/)")
     parser.add_argument("--dry-run", action="store_true", help="parse and validate the config, then exit")
     parser.add_argument("--world-size", type=int, default=None, help="--dry-run: also check this many ranks")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of configuration and data errors too"
+    )
     args, overrides = parser.parse_known_args(argv)
     return args, load_config(JobConfig, args.config, overrides)
