@@ -1,13 +1,15 @@
 """Install vepo_mcore: `pip install -e .` (CPU) or `pip install -e ".[gpu]"` on CUDA machines.
 
-Install torch first (`pip install torch==2.13.0` on CPU machines) so pip does not pull a
-CUDA build to satisfy megatron-core's torch requirement.
+Install torch first (`pip install torch==2.13.0` on CPU machines) so pip does not pull a CUDA build
+to satisfy megatron-core's torch requirement. `make setup` installs with constraints/cpu.txt, the
+lock of every package's version (refresh it with `make lock`); the GPU image (docker/) pins the
+gpu extra below on an SGLang image of the same version.
 """
 
 from setuptools import find_packages, setup
 
 BASE = [
-    "megatron-core>=0.16.1",
+    "megatron-core>=0.16.1",  # pinned by the lock (CPU) and the gpu extra (image)
     "psutil",
     "torch>=2.4",
     "pyyaml",
@@ -27,7 +29,10 @@ BASE = [
 ]
 EXTRAS = {
     "test": ["transformers>=4.45", "pytest>=8", "pytest-timeout", "hypothesis", "ruff", "import-linter>=2.1"],
-    "gpu": ["transformer-engine[pytorch]", "sglang"],
+    # sglang 0.5.23 pins torch==2.14.1 (and transformers==5.19.0): the image starts from its own
+    # image so those agree. TE: the range megatron-core 0.16.1's dev extra allows (>=2.9, <2.12),
+    # built for CUDA 13 like sglang 0.5.23's kernels. rollout/sglang_engine.py follows sglang 0.5.23.
+    "gpu": ["megatron-core==0.16.1", "transformer-engine[core_cu13,pytorch]==2.11.0", "sglang==0.5.23"],
     "comet": ["unbabel-comet"],
     "lmeval": ["lm-eval"],
 }
