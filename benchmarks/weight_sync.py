@@ -38,6 +38,7 @@ def _body(rank: int, world: int, args) -> None:
     init_model_parallel(cfg.parallel)
     model = build_model(cfg).eval()
     engine = build_engine(cfg)
+    engine.wake()  # released right after it was built (colocated): resume the weights before syncing
     results: dict[str, dict] = {}
     for _ in range(args.repeats):
         for label, bucket_bytes in (("bucketed", args.bucket_mb << 20), ("per-tensor", 0)):

@@ -52,7 +52,12 @@ def sglang_engine(tmp_path_factory):
     cfg = JobConfig()
     cfg.model = model_config_from_hf(read_hf_config(path))
     engine = SGLangEngine(
-        cfg, sglang_backend(), model_path=path, attention_backend="torch_native", disable_cuda_graph=True
+        # triton: an attention backend deterministic inference (sampling_seed honoured) accepts
+        cfg,
+        sglang_backend(),
+        model_path=path,
+        attention_backend="triton",
+        disable_cuda_graph=True,
     )
     yield engine, hf_model
     engine.shutdown()

@@ -31,6 +31,10 @@ def run_contract(engine, reference, weights: dict[str, torch.Tensor], atol: floa
     """reference(prompt_ids, response_ids, tau) -> per-token log softmax(z / tau) over the real vocab
     (tau = 1 for greedy) from a full forward; weights: the engine's current HF weights."""
     greedy = SamplingParams(temperature=0, max_new_tokens=6)
+    # A colocated engine may start released (SGLang): wake it and push the policy, as the trainer does.
+    engine.wake()
+    if not engine.weights_survive_sleep:
+        engine.update_weights(list(weights.items()))
     prompts = [
         Sample(prompt_ids=list(p), src_lang="en", tgt_lang="th", group_id=i) for i, p in enumerate(PROMPTS)
     ]
@@ -114,8 +118,10 @@ def _fake_setup(tmp_path, vocab_rows=320, vocab_size=320, tie=False):
     hf_model = tiny_qwen2_hf(tmp_path / "hf", tie=tie, vocab_size=vocab_rows, num_layers=2)
     cfg = JobConfig()
     cfg.model = model_config_from_hf(read_hf_config(tmp_path / "hf"), vocab_size=vocab_size)
-    engine = SGLangEngine(cfg, fake_backend(), model_path=tmp_path / "hf", name="fake_sglang")
+    engine = SGLangEngine(cfg, fake_backend(), model_path=tmp_path / "hf", name="fake_sglang", colocated=True)
     weights = {k: v.detach().clone() for k, v in hf_model.state_dict().items()}
+    engine.wake()  # released at start, as colocated with training: weights back, then pushed
+    engine.update_weights(list(weights.items()))
     return engine, hf_model, weights
 
 
@@ -155,14 +161,17 @@ def test_bucketed_and_per_tensor_pushes_load_the_same_weights(tmp_path):
         for name, value in new.items():
             assert torch.equal(dict(fake.model.named_parameters())[name], value), name
         engine.sleep()
-    assert engine.engine.flush_calls == 3  # one flush per sync, not per bucket
+    # one flush per sync (not per bucket) and one before each release; _fake_setup synced once
+    assert engine.engine.flush_calls == 2 + 3 + 3
 
 
 def test_released_engine_refuses_to_generate_until_weights_return(tmp_path):
     engine, _, weights = _fake_setup(tmp_path)
     engine.sleep()
-    with pytest.raises(RuntimeError, match="released"):
+    with pytest.raises(RuntimeError, match="sleeps"):
         engine.generate(PROMPTS, SamplingParams(max_new_tokens=2))
+    with pytest.raises(RuntimeError, match="wake"):
+        engine.update_weights(list(weights.items()))
     engine.wake()
     with pytest.raises(RuntimeError, match="push them again"):
         engine.generate(PROMPTS, SamplingParams(max_new_tokens=2))
@@ -180,6 +189,7 @@ def test_fake_rejects_unknown_or_misshaped_weights(tmp_path):
 
 def test_fake_output_structure_matches_sglang(tmp_path):
     engine, _, _ = _fake_setup(tmp_path)
+    engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=1))  # resumes the KV cache, as in a step
     out = engine.engine.generate(
         input_ids=[[1, 2, 3]], sampling_params={"max_new_tokens": 3, "temperature": 0.0}, return_logprob=True
     )

@@ -151,6 +151,11 @@ class RolloutConfig:
     placed on its GPUs (e.g. 8 = one per node, 4 = two per 8-GPU node); None = one for the whole job."""
     mem_fraction_static: float = 0.5
     """SGLang static memory fraction when colocated."""
+    deterministic_inference: bool = True
+    """Start SGLang with enable_deterministic_inference. SGLang (0.5.15.post1 through 0.5.23) honours a
+    request's sampling_seed only then, so the seeded rollouts the trainer asks for (one seed per step,
+    reproducible on resume) need it; off, SGLang samples from its own stream (faster batch-variant
+    kernels, rollouts not reproducible). The embedded engine always honours the seed."""
     weight_bucket_mb: int = 512
     """Flattened bucket size for weight sync."""
     batch_size: int = 64

@@ -40,6 +40,7 @@ def load_policy_engine(checkpoint: str | Path, overrides: list[str] | None = Non
         # An SGLang engine starts from dummy weights (a config-only directory): push the checkpoint's.
         from vepo_mcore.rollout.weight_sync import sync_weights
 
+        engine.wake()  # a colocated engine starts released: resume its weights before the sync
         sync_weights(engine, model, cfg)
     return cfg, tokenizer, engine
 

@@ -1,25 +1,36 @@
-"""A CPU test double of `sglang.Engine`: same method names, arguments and outputs, transformers inside.
+"""A CPU test double of `sglang.Engine` that refuses what the pinned SGLang refuses, transformers inside.
 
-SGLang needs CUDA, so the SGLang backend (sglang_engine.py) is tested against this double. It
-mirrors the parts of SGLang's offline API the backend uses (python/sglang/srt/entrypoints/engine.py):
+SGLang needs CUDA, so the SGLang backend (sglang_engine.py) is tested against this double. It mirrors
+the offline API of sglang 0.5.23 (python/sglang/srt/entrypoints/engine.py; SGLANG_VERSION below), the
+version setup.py's gpu extra and docker/Dockerfile pin; tests/unit/test_sglang_contract.py checks its
+signatures, server arguments and sampling keys against tests/data/sglang_signatures.json, recorded
+from that version's wheel. `fake_backend("0.5.15.post1")` gives the older API (no weight-update
+session). What it enforces, each as the pinned source does:
 
-    engine = FakeSGLangEngine(model_path=hf_dir, tp_size=2, mem_fraction_static=0.5,
-                              enable_memory_saver=True, skip_tokenizer_init=True, load_format="dummy")
+  * Engine(**server_args): only ServerArgs fields, of their declared types (TypeError otherwise).
+  * generate(...): only Engine.generate's parameters; sampling_params keys must be SamplingParams
+    fields. `sampling_seed` takes effect only with enable_deterministic_inference=True (SGLang's
+    SamplingBatchInfo builds the seed tensor only then); otherwise the engine's own random stream.
+  * release_memory_occupation(tags) / resume_memory_occupation(tags): tags from kv_cache, weights,
+    cuda_graph (None = all). Resuming a tag that is not released raises KeyError(tag), as the
+    scheduler's `offload_tags.remove(tag)` does (scheduler_components/weight_updater.py), where the
+    scheduler process dies of it. Released weights are lost (memory saver without CPU backup).
+  * update_weights_from_tensor: 0.5.23 refuses it outside begin_weight_update()/end_weight_update()
+    (success False, the scheduler's message); flattened_bucket takes one serialized payload per
+    engine TP rank, each rank deserializing only its own (a payload shared by two ranks fails here,
+    as a second deserialisation of one CUDA-IPC handle does there).
+
     out = engine.generate(input_ids=[[...], ...], sampling_params={...}, return_logprob=True)
     out[i] == {"output_ids": [...], "meta_info": {"id", "finish_reason": {"type": "stop",
                "matched": id} | {"type": "length", "length": n}, "prompt_tokens", "completion_tokens",
                "cached_tokens", "output_token_logprobs": [(logprob, token_id, None), ...]}}
-    engine.update_weights_from_tensor(named_tensors, load_format=None | "flattened_bucket", flush_cache=True)
-    engine.release_memory_occupation(tags=None); engine.resume_memory_occupation(tags=None)
-    engine.flush_cache(); engine.get_weights_by_name(name, truncate_size=100); engine.shutdown()
 
 plus `FlattenedTensorBucket` / `FlattenedTensorMetadata` (sglang.srt.weight_sync.tensor_bucket) and
-`MultiprocessingSerializer` (sglang.srt.utils; zero-copy in-process handles standing in for CUDA IPC)
-with the same constructors and methods. Generation
-runs `transformers.Qwen2ForCausalLM` on the weights received (fp32 on CPU). Like SGLang without
-`SGLANG_RETURN_ORIGINAL_LOGPROB`, the log-probs are log softmax(logits / temperature) (greedy:
-log softmax(logits)). Like SGLang's memory saver, released weights are lost until pushed again.
-It also counts what arrives (`bytes_received`, `update_calls`) for the weight-sync benchmark.
+`MultiprocessingSerializer` (sglang.srt.utils; in-process handles standing in for CUDA IPC) with the
+same constructors and methods. Generation runs `transformers.Qwen2ForCausalLM` on the weights
+received (fp32 on CPU). Like SGLang without `SGLANG_RETURN_ORIGINAL_LOGPROB`, the log-probs are
+log softmax(logits / temperature) (greedy: log softmax(logits)). `calls` records every API call in
+order; `bytes_received` and `update_calls` count what arrives (benchmarks/weight_sync.py).
 """
 
 from __future__ import annotations
@@ -93,6 +104,7 @@ class MultiprocessingSerializer:
     """
 
     _live: dict[str, Any] = {}
+    reductions_patched = False
 
     @classmethod
     def serialize(cls, obj: Any, output_str: bool = False) -> bytes | str:
@@ -111,35 +123,104 @@ class MultiprocessingSerializer:
 @dataclass
 class FlushCacheReqOutput:
     success: bool = True
+    message: str = ""
+
+
+SGLANG_VERSION = "0.5.23"
+"""The sglang release the fake mirrors by default: the one setup.py's gpu extra and the image pin."""
+
+MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")
+"""sglang.srt.constants.GPU_MEMORY_ALL_TYPES (0.5.15.post1 and 0.5.23): what tags=None means."""
+
+SERVER_ARGS: dict[str, tuple[type, ...]] = {
+    "model_path": (str,),
+    "tp_size": (int,),
+    "mem_fraction_static": (float, type(None)),
+    "enable_memory_saver": (bool,),
+    "skip_tokenizer_init": (bool,),
+    "random_seed": (int, type(None)),
+    "dtype": (str,),
+    "load_format": (str,),
+    "base_gpu_id": (int,),
+    "enable_deterministic_inference": (bool,),
+    "attention_backend": (str, type(None)),
+    "disable_cuda_graph": (bool,),
+    "log_level": (str,),
+}
+"""The ServerArgs fields the project passes to Engine(...), with their declared types (ServerArgs has
+hundreds; the fake refuses the others rather than pretend to honour them)."""
+
+SAMPLING_KEYS = (
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "beam_width",
+    "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed",
+    "custom_params", "watermark",
+)  # fmt: skip
+"""The caller-facing fields of sglang 0.5.23's SamplingParams (sampling/sampling_params.py); a dict
+with any other key fails there when the request is built."""
+
+GENERATE_EXTRA = (
+    "image_data", "audio_data", "video_data", "mm_hashes", "mm_content_hashes", "logprob_start_len",
+    "top_logprobs_num", "token_ids_logprob", "lora_path", "custom_logit_processor", "require_reasoning",
+    "return_hidden_states", "return_routed_experts", "routed_experts_start_len", "bootstrap_host",
+    "bootstrap_port", "bootstrap_room", "routed_dp_rank", "disagg_prefill_dp_rank", "kv_hints",
+    "data_parallel_rank", "external_trace_header", "rid", "session_params", "priority", "session_id",
+    "cache_salt",
+)  # fmt: skip
+"""The rest of sglang 0.5.23's Engine.generate parameters: accepted by name, not faked (a value other
+than the default raises NotImplementedError)."""
+
+DETERMINISTIC_ATTENTION_BACKENDS = ("ascend", "fa3", "fa4", "flashinfer", "intel_xpu", "triton")
+"""sglang 0.5.23 DETERMINISTIC_ATTENTION_BACKEND_CHOICES (arg_groups/choices.py)."""
+
+_SESSION_MESSAGE = "update_weights_from_tensor must run between begin_weight_update() and end_weight_update()"
 
 
 class FakeSGLangEngine:
-    """sglang.Engine's offline API on CPU, backed by transformers' Qwen2ForCausalLM."""
+    """sglang.Engine's offline API (0.5.23) on CPU, backed by transformers' Qwen2ForCausalLM."""
 
-    def __init__(
-        self,
-        model_path: str,
-        tp_size: int = 1,
-        mem_fraction_static: float | None = None,
-        enable_memory_saver: bool = False,
-        skip_tokenizer_init: bool = False,
-        load_format: str = "auto",
-        dtype: str = "auto",
-        random_seed: int | None = None,
-        **server_args: Any,
-    ):
+    sglang_version = SGLANG_VERSION
+    weight_update_session = True
+    """0.5.23: weights load only inside begin_weight_update() ... end_weight_update()."""
+
+    def __init__(self, **server_args: Any):
         from transformers import Qwen2Config, Qwen2ForCausalLM
 
+        for name, value in server_args.items():
+            if name not in SERVER_ARGS:
+                raise TypeError(f"ServerArgs.__init__() got an unexpected keyword argument {name!r}")
+            types = SERVER_ARGS[name]
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise TypeError(
+                    f"ServerArgs.{name} must be {' | '.join(t.__name__ for t in types)}, got {value!r}"
+                )
+        backend = server_args.get("attention_backend")
+        if server_args.get("enable_deterministic_inference") and backend not in (
+            None,
+            *DETERMINISTIC_ATTENTION_BACKENDS,
+        ):
+            # sglang 0.5.23 arg_groups/overrides.py: deterministic inference needs batch-invariant kernels.
+            raise ValueError(
+                f"Currently only {list(DETERMINISTIC_ATTENTION_BACKENDS)} attention backends are supported for "
+                f"deterministic inference, but you explicitly specified '{backend}'."
+            )
+        if "model_path" not in server_args:
+            raise TypeError("ServerArgs.__init__() missing 1 required argument: 'model_path'")
+        self.server_args = dict(server_args)
+        self.calls: list[tuple[str, dict]] = [("__init__", dict(server_args))]
+        model_path = server_args["model_path"]
         if not (Path(model_path) / "config.json").is_file():
             raise FileNotFoundError(f"model_path {model_path} has no config.json")
-        self.model_path = str(model_path)
-        self.tp_size = tp_size
-        self.enable_memory_saver = enable_memory_saver
-        self.skip_tokenizer_init = skip_tokenizer_init
-        self.server_args = dict(server_args, mem_fraction_static=mem_fraction_static, dtype=dtype)
-        self.random_seed = 0 if random_seed is None else random_seed
+        self.tp_size = server_args.get("tp_size", 1)
+        self.enable_memory_saver = server_args.get("enable_memory_saver", False)
+        self.skip_tokenizer_init = server_args.get("skip_tokenizer_init", False)
+        self.deterministic = server_args.get("enable_deterministic_inference", False)
+        seed = server_args.get("random_seed")
+        self.random_seed = 0 if seed is None else seed
+        self._stream = torch.Generator().manual_seed(self.random_seed)  # the engine's own sampling stream
         config = Qwen2Config.from_pretrained(model_path)
-        if load_format == "dummy" or not any(Path(model_path).glob("*.safetensors")):
+        if server_args.get("load_format") == "dummy" or not any(Path(model_path).glob("*.safetensors")):
             torch.manual_seed(self.random_seed)
             self.model = Qwen2ForCausalLM(config)
         else:
@@ -147,7 +228,9 @@ class FakeSGLangEngine:
         self.model = self.model.float().eval()
         self.vocab_rows = config.vocab_size
         self.eos_token_ids = _as_list(getattr(config, "eos_token_id", None))
-        self.released: set[str] = set()
+        self.offload_tags: set[str] = set()
+        self.weights_stale = False
+        self.session_open = False
         self.bytes_received = 0
         self.update_calls = 0
         self.flush_calls = 0
@@ -161,12 +244,18 @@ class FakeSGLangEngine:
         prompt: list[str] | str | None = None,
         sampling_params: list[dict] | dict | None = None,
         input_ids: list[list[int]] | list[int] | None = None,
-        return_logprob: list[bool] | bool = False,
-        logprob_start_len: list[int] | int | None = None,
-        top_logprobs_num: list[int] | int | None = None,
+        return_logprob: list[bool] | bool | None = False,
         stream: bool = False,
-        **kwargs: Any,
+        **other: Any,
     ) -> list[dict] | dict:
+        for name, value in other.items():
+            if name not in GENERATE_EXTRA:
+                raise TypeError(f"Engine.generate() got an unexpected keyword argument {name!r}")
+            if value not in (None, False, 0):
+                raise NotImplementedError(f"the fake engine does not fake generate({name}=...)")
+        self._log(
+            "generate", input_ids=input_ids, sampling_params=sampling_params, return_logprob=return_logprob
+        )
         self._check_usable("generate")
         if prompt is not None:
             raise NotImplementedError(
@@ -181,6 +270,10 @@ class FakeSGLangEngine:
         params = (
             sampling_params if isinstance(sampling_params, list) else [sampling_params or {}] * len(batch)
         )
+        if len(params) != len(batch):
+            raise ValueError(f"{len(params)} sampling_params for {len(batch)} requests")
+        for p in params:
+            _check_sampling_params(p)
         outs = [self._generate_one(ids, p, bool(return_logprob)) for ids, p in zip(batch, params)]
         return outs[0] if single else outs
 
@@ -193,9 +286,13 @@ class FakeSGLangEngine:
         if not params.get("ignore_eos", False):
             stops |= set(self.eos_token_ids)
         bias = params.get("logit_bias") or {}
-        seed = params.get("sampling_seed", self.random_seed + self._requests)
         self._requests += 1
-        generator = torch.Generator().manual_seed(int(seed))
+        # SGLang (0.5.15.post1, 0.5.23 SamplingBatchInfo.from_schedule_batch) builds the per-request
+        # seed tensor only under enable_deterministic_inference; otherwise sampling_seed is ignored.
+        if self.deterministic:
+            generator = torch.Generator().manual_seed(int(params.get("sampling_seed", 42)))
+        else:
+            generator = self._stream
         from vepo_mcore.rollout.base import filter_logits
 
         output_ids, logprobs, finish = [], [], {"type": "length", "length": max_new}
@@ -237,31 +334,77 @@ class FakeSGLangEngine:
 
     # ------------------------------------------------------------------ weights
 
+    def begin_weight_update(self, selector: str = "all") -> tuple[bool, str]:
+        self._log("begin_weight_update", selector=selector)
+        self._check_alive("begin_weight_update")
+        if selector not in ("all", "target", "draft"):
+            raise ValueError(f"invalid selector {selector!r}; expected 'target', 'draft', or 'all'")
+        if self.session_open:
+            return False, "a weight-update session is already open; call end_weight_update() first"
+        self.session_open = True
+        return True, "Success"
+
+    def end_weight_update(self) -> tuple[bool, str]:
+        self._log("end_weight_update")
+        self._check_alive("end_weight_update")
+        if not self.session_open:
+            return False, "no weight-update session is open; call begin_weight_update() first"
+        self.session_open = False
+        return True, "Success"
+
     def update_weights_from_tensor(
         self, named_tensors: list, load_format: str | None = None, flush_cache: bool = True
     ) -> tuple[bool, str]:
-        self._check_usable("update_weights_from_tensor", need_weights=False)
-        if load_format == "flattened_bucket":
-            if len(named_tensors) not in (1, self.tp_size):
-                raise ValueError(
-                    f"expected 1 or tp_size={self.tp_size} serialized buckets, got {len(named_tensors)}"
-                )
-            payload = MultiprocessingSerializer.deserialize(named_tensors[0])
-            bucket = FlattenedTensorBucket(
-                flattened_tensor=payload["flattened_tensor"], metadata=payload["metadata"]
-            )
-            tensors = bucket.reconstruct_tensors()
-        elif load_format is None:
-            # sglang.Engine serialises the list once per TP rank; a round trip keeps the cost comparable.
-            tensors = MultiprocessingSerializer.deserialize(
-                MultiprocessingSerializer.serialize(list(named_tensors))
-            )
-        else:
+        self._log(
+            "update_weights_from_tensor",
+            named_tensors=named_tensors,
+            load_format=load_format,
+            flush_cache=flush_cache,
+        )
+        self._check_alive("update_weights_from_tensor")
+        if not isinstance(named_tensors, list):
+            raise TypeError(f"named_tensors must be a list, got {type(named_tensors).__name__}")
+        if load_format not in (None, "flattened_bucket"):
             raise NotImplementedError(f"Unknown load_format={load_format}")
+        if self.weight_update_session and not self.session_open:
+            return False, _SESSION_MESSAGE
+        if "weights" in self.offload_tags:
+            # On a GPU this writes into unmapped memory: resume the weights first.
+            raise RuntimeError(
+                "update_weights_from_tensor while the weights are released (resume_memory_occupation)"
+            )
+        if load_format == "flattened_bucket":
+            if len(named_tensors) != self.tp_size:
+                # Each TP rank indexes serialized_named_tensors[tp_rank] (tp_worker.py).
+                raise IndexError(f"{len(named_tensors)} serialized payloads for tp_size={self.tp_size}")
+            tensors = None
+            for payload in named_tensors:  # every TP rank deserialises its own copy
+                if not isinstance(payload, (str, bytes, bytearray, memoryview)):
+                    raise TypeError(
+                        "serialized_named_tensors entries must be base64 strings or bytes-like "
+                        f"payloads, got {type(payload).__name__}"
+                    )
+                data = MultiprocessingSerializer.deserialize(payload)
+                bucket = FlattenedTensorBucket(
+                    flattened_tensor=data["flattened_tensor"], metadata=data["metadata"]
+                )
+                tensors = bucket.reconstruct_tensors()
+        else:
+            for item in named_tensors:
+                if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                        and isinstance(item[1], torch.Tensor)):  # fmt: skip
+                    raise TypeError(
+                        f"named_tensors entries must be (str, Tensor) tuples, got {type(item).__name__}"
+                    )
+            # sglang.Engine serialises the list once per TP rank; a round trip keeps the cost comparable.
+            for _ in range(self.tp_size):
+                tensors = MultiprocessingSerializer.deserialize(
+                    MultiprocessingSerializer.serialize(list(named_tensors))
+                )
         self._load_weights(tensors)
         self.update_calls += 1
         if flush_cache:
-            self.flush_cache()
+            self._flush()
         return True, "Success"
 
     def _load_weights(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
@@ -280,47 +423,101 @@ class FakeSGLangEngine:
                     )
                 params[name].copy_(tensor.float())
                 self.bytes_received += tensor.numel() * tensor.element_size()
-        self.released.discard("weights_stale")
+        self.weights_stale = False
 
     def get_weights_by_name(self, name: str, truncate_size: int = 100) -> list:
+        self._log("get_weights_by_name", name=name)
         params = dict(self.model.named_parameters())
         if name not in params:
             raise ValueError(f"unknown parameter {name!r}")
         return params[name].detach().reshape(-1)[:truncate_size].tolist()
 
     def flush_cache(self) -> FlushCacheReqOutput:
+        self._log("flush_cache")
+        self._check_alive("flush_cache")
+        return self._flush()
+
+    def _flush(self) -> FlushCacheReqOutput:
         self.flush_calls += 1
         return FlushCacheReqOutput(success=True)
 
     # ------------------------------------------------------------------ memory
 
     def release_memory_occupation(self, tags: list[str] | None = None) -> None:
-        tags = tags or ["weights", "kv_cache"]
+        self._log("release_memory_occupation", tags=tags)
+        self._check_alive("release_memory_occupation")
+        tags = _check_tags(tags)
         if not self.enable_memory_saver:
             raise RuntimeError("release_memory_occupation needs enable_memory_saver=True")
+        self.offload_tags |= set(tags)
         if "weights" in tags:
             with torch.no_grad():  # memory saver without CPU backup: the contents are gone
                 for p in self.model.parameters():
                     p.fill_(float("nan"))
-        self.released |= set(tags)
 
     def resume_memory_occupation(self, tags: list[str] | None = None) -> None:
-        tags = tags or ["weights", "kv_cache"]
-        self.released -= {"kv_cache"} & set(tags)
-        if "weights" in tags:
-            self.released.add("weights_stale")
-            self.released.discard("weights")
+        self._log("resume_memory_occupation", tags=tags)
+        self._check_alive("resume_memory_occupation")
+        for tag in _check_tags(tags):
+            self.offload_tags.remove(tag)  # KeyError(tag) when it was never released, as in SGLang
+            if tag == "weights":
+                self.weights_stale = True
 
     def shutdown(self) -> None:
+        self._log("shutdown")
         self._alive = False
 
-    def _check_usable(self, what: str, need_weights: bool = True) -> None:
+    def _log(self, method: str, **kwargs: Any) -> None:
+        self.calls.append((method, kwargs))
+
+    def _check_alive(self, what: str) -> None:
         if not self._alive:
             raise RuntimeError(f"{what} after shutdown")
-        if "kv_cache" in self.released or "weights" in self.released:
-            raise RuntimeError(f"{what} while memory is released (call resume_memory_occupation)")
-        if need_weights and "weights_stale" in self.released:
+
+    def _check_usable(self, what: str) -> None:
+        self._check_alive(what)
+        if self.offload_tags:
+            raise RuntimeError(
+                f"{what} while memory is released ({sorted(self.offload_tags)}): resume it first"
+            )
+        if self.weights_stale:
             raise RuntimeError(f"{what}: weights were released; push them again after resume")
+
+
+class FakeSGLangEngine0515(FakeSGLangEngine):
+    """sglang 0.5.15.post1's API: no weight-update session (begin/end_weight_update do not exist)."""
+
+    sglang_version = "0.5.15.post1"
+    weight_update_session = False
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("begin_weight_update", "end_weight_update"):
+            raise AttributeError(f"'Engine' object has no attribute {name!r} (sglang 0.5.15.post1)")
+        return super().__getattribute__(name)
+
+
+FAKE_ENGINES = {SGLANG_VERSION: FakeSGLangEngine, "0.5.15.post1": FakeSGLangEngine0515}
+
+
+def _check_tags(tags: list[str] | None) -> list[str]:
+    if tags is not None and not isinstance(tags, list):
+        raise TypeError(f"tags must be a list of str or None, got {type(tags).__name__}")
+    tags = list(MEMORY_TAGS) if not tags else tags
+    unknown = [t for t in tags if t not in MEMORY_TAGS]
+    if unknown:
+        raise ValueError(f"unknown memory tags {unknown}; SGLang knows {list(MEMORY_TAGS)}")
+    return tags
+
+
+def _check_sampling_params(params: dict) -> None:
+    if not isinstance(params, dict):
+        raise TypeError(f"sampling_params must be a dict, got {type(params).__name__}")
+    unknown = sorted(set(params) - set(SAMPLING_KEYS))
+    if unknown:
+        raise TypeError(f"SamplingParams: unexpected keyword arguments {unknown}")
+    seed = params.get("sampling_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"sampling_seed must be an integer, got {type(seed).__name__}.")
 
 
 def _as_list(x) -> list[int]:
@@ -329,9 +526,21 @@ def _as_list(x) -> list[int]:
     return [int(v) for v in x] if isinstance(x, (list, tuple, set)) else [int(x)]
 
 
-def fake_backend() -> SGLangBackend:
-    """The fake's (Engine, FlattenedTensorBucket, MultiprocessingSerializer) for SGLangEngine."""
-    return SGLangBackend(FakeSGLangEngine, FlattenedTensorBucket, MultiprocessingSerializer, fake=True)
+def monkey_patch_torch_reductions() -> None:
+    """Stands in for sglang.srt.utils.patch_torch.monkey_patch_torch_reductions (CUDA IPC handles that
+    name the device by UUID); the fake's handles are in-process, so it only records the call."""
+    MultiprocessingSerializer.reductions_patched = True
+
+
+def fake_backend(version: str = SGLANG_VERSION) -> SGLangBackend:
+    """The fake's (Engine, FlattenedTensorBucket, MultiprocessingSerializer) for SGLangEngine, with the
+    API of sglang `version` (0.5.23 by default, or 0.5.15.post1)."""
+    if version not in FAKE_ENGINES:
+        raise ValueError(f"no fake of sglang {version}; faked versions: {sorted(FAKE_ENGINES)}")
+    return SGLangBackend(
+        FAKE_ENGINES[version], FlattenedTensorBucket, MultiprocessingSerializer, monkey_patch_torch_reductions,
+        fake=True,
+    )  # fmt: skip
 
 
 @register_engine("fake_sglang")
@@ -341,6 +550,7 @@ def _build_fake_sglang(cfg, model=None, tokenizer=None, **kwargs) -> SGLangEngin
 
 __all__ = [
     "FakeSGLangEngine",
+    "FakeSGLangEngine0515",
     "FlattenedTensorBucket",
     "FlattenedTensorMetadata",
     "MultiprocessingSerializer",

@@ -1,8 +1,16 @@
 """The colocated SGLang rollout engine (GPU path), and the same code driving the CPU fake in tests.
 
-    engine = build_engine(cfg)            # rl.rollout.engine: sglang | fake_sglang
+    engine = build_engine(cfg)            # rl.rollout.engine: sglang | fake_sglang; released at once
     engine.wake(); sync_weights(engine, model, cfg); samples = engine.generate(prompts, sampling)
     engine.sleep()                        # give the GPU memory back to training
+
+Memory order (slime's colocated trainer; SGLang 0.5.23's scheduler, scheduler_components/
+weight_updater.py): a colocated engine releases all its memory right after it is built, so its first
+wake() resumes something released (resuming a tag never released is a KeyError that kills the
+scheduler). wake() empties every rank's CUDA cache and resumes the weights only; the weight sync
+writes them; the first generate() resumes kv_cache and cuda_graph. sleep() waits until the engine is
+idle (flush_cache succeeds only then; release asserts it), releases everything, and every rank
+waits until its GPU's free memory stops rising before training allocates again.
 
 One `sglang.Engine` per block of `ranks_per_engine` ranks (default: one for the whole job) lives in
 the block's first process and spans `engine_tp` GPUs (SGLang shards the full HF tensors it receives
@@ -49,6 +57,9 @@ class SGLangBackend:
     engine_cls: Callable[..., Any]
     bucket_cls: type
     serializer: type
+    patch_reductions: Callable[[], None]
+    """sglang.srt.utils.patch_torch.monkey_patch_torch_reductions: CUDA IPC handles name the GPU by
+    UUID, so an engine process with another CUDA_VISIBLE_DEVICES maps the right device."""
     fake: bool = False
 
 
@@ -62,11 +73,18 @@ def sglang_backend() -> SGLangBackend:
             "rl.rollout.engine 'sglang' needs the sglang package and a CUDA GPU "
             '(pip install -e ".[gpu]"); on CPU use rl.rollout.engine=embedded'
         ) from exc
-    try:
-        from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
-    except ImportError:  # older releases kept it in the model runner
-        from sglang.srt.model_executor.model_runner import FlattenedTensorBucket
-    return SGLangBackend(sglang.Engine, FlattenedTensorBucket, MultiprocessingSerializer)
+    from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions  # 0.5.15.post1 .. 0.5.23
+    from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorBucket
+
+    return SGLangBackend(
+        sglang.Engine, FlattenedTensorBucket, MultiprocessingSerializer, monkey_patch_torch_reductions
+    )
+
+
+MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")
+"""sglang.srt.constants.GPU_MEMORY_ALL_TYPES (0.5.15.post1, 0.5.23)."""
+FLUSH_ATTEMPTS = 120
+"""flush_cache tries (0.5 s apart) before a release: SGLang flushes, and may release, only when idle."""
 
 
 class SGLangEngine:
@@ -83,8 +101,11 @@ class SGLangEngine:
         tokenizer=None,
         ranks_per_engine: int | None = None,
         name: str = "sglang",
+        colocated: bool | None = None,
         **engine_kwargs: Any,
     ):
+        """colocated (default: no model_path, i.e. weights come from training by sync): release the
+        engine's memory right after it is built, as slime does, so training runs beside it."""
         rollout = cfg.rl.rollout
         self.name = name
         self.backend = backend
@@ -94,7 +115,10 @@ class SGLangEngine:
         self.engine_tp = rollout.engine_tp
         self.bucket_bytes = rollout.weight_bucket_mb << 20
         self.seed = cfg.training.seed
+        self.deterministic = rollout.deterministic_inference
         self.last_sync: dict[str, float] = {}
+        self.released: set[str] = set()
+        colocated = model_path is None if colocated is None else colocated
         self._tmpdir = None
         load_format = engine_kwargs.pop("load_format", None)
         if model_path is None:
@@ -118,6 +142,8 @@ class SGLangEngine:
                 skip_tokenizer_init=True,
                 random_seed=self.seed,
                 dtype="bfloat16" if cfg.training.bf16 else "float32",
+                # Without it SGLang ignores every request's sampling_seed (config/rl.py).
+                enable_deterministic_inference=self.deterministic,
             )
             if load_format is not None:
                 kwargs["load_format"] = load_format
@@ -125,6 +151,8 @@ class SGLangEngine:
                 kwargs["base_gpu_id"] = torch.cuda.current_device()
             kwargs.update(engine_kwargs)
             self.engine = backend.engine_cls(**kwargs)
+        if colocated:
+            self.sleep()
 
     def _place(self, cfg, ranks_per_engine: int | None) -> None:
         """One engine per block of `ranks_per_engine` consecutive ranks (default: one for the job),
@@ -195,6 +223,12 @@ class SGLangEngine:
     def _generate_ids(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> list[tuple]:
         if not prompt_ids:
             return []
+        if "weights" in self.released:
+            raise RuntimeError(
+                f"{self.name}: generate() while the engine sleeps: wake() and sync weights first"
+            )
+        if self.released:  # kv_cache and cuda_graph come back after the weights were written (slime's order)
+            self._resume([t for t in MEMORY_TAGS if t in self.released])
         outputs = self.engine.generate(
             input_ids=prompt_ids,
             sampling_params=self._sampling_params(sampling, len(prompt_ids)),
@@ -224,15 +258,29 @@ class SGLangEngine:
         """Owner only: push full HF-named tensors in flattened buckets (0 = one call per tensor)."""
         if not self.is_owner:
             raise RuntimeError(f"update_weights runs on the engine's owner rank {self.owner_rank}")
+        if "weights" in self.released:
+            raise RuntimeError(
+                f"{self.name}: update_weights() while the weights are released: call wake() first"
+            )
         bucket_bytes = self.bucket_bytes if bucket_bytes is None else bucket_bytes
         start = time.perf_counter()
         stats = {"bytes": 0, "tensors": 0, "calls": 0}
-        if bucket_bytes <= 0:
-            for name, tensor in named_tensors:
-                self._push([(name, tensor)], None, stats)
-        else:
-            for bucket in bucketize(named_tensors, bucket_bytes):
-                self._push(bucket, "flattened_bucket", stats)
+        self.backend.patch_reductions()  # before the first CUDA tensor is pickled (idempotent)
+        # sglang 0.5.23 loads weights only inside a weight-update session; 0.5.15.post1 has none.
+        session = hasattr(self.engine, "begin_weight_update")
+        if session:
+            _check_result(self.engine.begin_weight_update(), ["begin_weight_update"])
+        try:
+            if bucket_bytes <= 0:
+                for name, tensor in named_tensors:
+                    self._push([(name, tensor)], None, stats)
+            else:
+                for bucket in bucketize(named_tensors, bucket_bytes):
+                    self._push(bucket, "flattened_bucket", stats)
+        finally:  # a refused push must not leave the session open for the next sync
+            ended = self.engine.end_weight_update() if session else None
+        if session:
+            _check_result(ended, ["end_weight_update"])
         self.engine.flush_cache()
         stats["seconds"] = time.perf_counter() - start
         self.last_sync = stats
@@ -241,9 +289,13 @@ class SGLangEngine:
         if load_format == "flattened_bucket":
             bucket = self.backend.bucket_cls(named_tensors=named)
             payload = {"flattened_tensor": bucket.get_flattened_tensor(), "metadata": bucket.get_metadata()}
-            serialized = self.backend.serializer.serialize(payload, output_str=True)
+            # One payload per engine TP rank: each rank deserialises only its own (sglang 0.5.23
+            # Engine._serialize_tensors_per_rank), so CUDA-IPC reference counts drop after each load.
+            serialized = [
+                self.backend.serializer.serialize(payload, output_str=True) for _ in range(self.engine_tp)
+            ]
             result = self.engine.update_weights_from_tensor(
-                named_tensors=[serialized] * self.engine_tp, load_format=load_format, flush_cache=False
+                named_tensors=serialized, load_format=load_format, flush_cache=False
             )
         else:
             result = self.engine.update_weights_from_tensor(
@@ -257,12 +309,48 @@ class SGLangEngine:
     # ------------------------------------------------------------------ memory
 
     def sleep(self) -> None:
-        if self.is_owner:
-            self.engine.release_memory_occupation()
+        """Collective over the engine's ranks: release all of the engine's memory and return once it is
+        back, so nothing the caller allocates next races the release."""
+        resident = [t for t in MEMORY_TAGS if t not in self.released]
+        if self.is_owner and resident:
+            self._wait_idle()
+            # Only what is resident: a tag is never paused twice in the memory saver.
+            self.engine.release_memory_occupation(tags=resident)
+            self.released = set(MEMORY_TAGS)
+        if torch.cuda.is_available():
+            # SGLang's scheduler synchronizes before it answers, yet slime and miles found the memory
+            # may come back later (sglang 0.5.x): each rank waits on its own GPU (the engine's GPUs are
+            # its block's GPUs), then the block agrees before anyone allocates.
+            wait_until_settled(lambda: torch.cuda.mem_get_info()[0])
+        self._barrier()
 
     def wake(self) -> None:
-        if self.is_owner:
-            self.engine.resume_memory_occupation()
+        """Collective: empty every rank's CUDA cache, then resume the weights only (the sync writes them;
+        kv_cache and cuda_graph follow on the first generate)."""
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        self._barrier()
+        if self.is_owner and "weights" in self.released:
+            self._resume(["weights"])
+
+    def _resume(self, tags: list[str]) -> None:
+        self.engine.resume_memory_occupation(tags=tags)
+        self.released -= set(tags)
+
+    def _wait_idle(self) -> None:
+        """slime calls flush_cache until it succeeds before a release: SGLang flushes only an idle
+        scheduler, and release_memory_occupation asserts idleness (sglang 0.5.23)."""
+        for _ in range(FLUSH_ATTEMPTS):
+            if getattr(self.engine.flush_cache(), "success", True):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(
+            f"{self.name}: the engine stayed busy through {FLUSH_ATTEMPTS} flush_cache tries; cannot release"
+        )
+
+    def _barrier(self) -> None:
+        if dist.is_initialized() and self._block > 1:
+            dist.barrier(group=self.group)
 
     def shutdown(self) -> None:
         if self.engine is not None:
@@ -271,6 +359,36 @@ class SGLangEngine:
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
+
+
+def wait_until_settled(
+    read_free: Callable[[], int],
+    interval: float = 0.05,
+    settle_reads: int = 3,
+    timeout: float = 60.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Poll free device memory until `settle_reads` readings in a row no longer rise; returns the last.
+
+    A release that returns before the pages are back shows as free memory still rising. On timeout a
+    warning names the numbers (a neighbour process may be allocating) and the caller goes on.
+    """
+    last, steady, waited = read_free(), 0, 0.0
+    while steady < settle_reads:
+        if waited >= timeout:
+            import warnings
+
+            warnings.warn(
+                f"free GPU memory still changing after {timeout:.0f}s ({last} bytes free); going on",
+                stacklevel=2,
+            )
+            break
+        sleep(interval)
+        waited += interval
+        now = read_free()
+        steady = steady + 1 if now <= last else 0
+        last = max(now, last)
+    return last
 
 
 def bucketize(
@@ -329,7 +447,7 @@ def _check_result(result: Any, names: list[str]) -> None:
     else:
         ok, message = getattr(result, "success", True), getattr(result, "message", "")
     if not ok:
-        raise RuntimeError(f"update_weights_from_tensor failed for {names[:3]}...: {message}")
+        raise RuntimeError(f"SGLang refused the weight update ({names[:3]}...): {message}")
 
 
 def write_config_dir(cfg, out_dir: str | os.PathLike) -> str:
