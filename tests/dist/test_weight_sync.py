@@ -53,6 +53,8 @@ def _sync_one(rank, tp, pp, tied):
     init_model_parallel(cfg.parallel, seed=1)
     model = build_model(cfg).eval()
     engine = build_engine(cfg)  # config-only HF dir, load_format="dummy": weights come from the sync
+    engine.wake()  # colocated: released when built; the weights come back before the sync writes them
+    flushes = engine.engine.flush_calls if rank == 0 else 0  # the release at start flushed once
     stats = sync_weights(engine, model, cfg, bucket_bytes=64 << 10)
     if rank == 0:
         fake = engine.engine
@@ -62,7 +64,7 @@ def _sync_one(rank, tp, pp, tied):
             if not (tied and n == "lm_head.weight")
         )
         assert stats["bytes"] == fake.bytes_received == model_bytes, (stats, model_bytes)
-        assert stats["calls"] > 1 and fake.flush_calls == 1
+        assert stats["calls"] > 1 and fake.flush_calls == flushes + 1
     else:
         assert stats is None
     before = _check_engine_matches_megatron(engine, model, seed=5)
@@ -104,7 +106,18 @@ def _two_engines(rank):
     engine = build_engine(cfg, ranks_per_engine=2)
     assert engine.owner_ranks == [0, 2] and engine.owner_rank == rank // 2 * 2
     assert (engine.engine is not None) == (rank in (0, 2))
-    stats = sync_weights(engine, model, cfg)
+    engine.wake()
+    import torch.distributed as dist
+
+    sends, real_send = [], dist.send  # count who sends: every replica must send its share (issue 20.7)
+    dist.send = lambda tensor, dst, *a, **k: (sends.append(dst), real_send(tensor, dst, *a, **k))[1]
+    try:
+        stats = sync_weights(engine, model, cfg)
+    finally:
+        dist.send = real_send
+    counts = [None] * dist.get_world_size()
+    dist.all_gather_object(counts, len(sends))
+    assert all(c > 0 for c in counts), f"sends per rank {counts}: some replica sent nothing"
     assert (stats is not None) == (rank in (0, 2))
     prompts = [[rank + 1] * (rank + 2), [7, rank + 3]]  # different prompts on every rank
     samples = engine.generate(prompts, SamplingParams(temperature=TAU, max_new_tokens=4, seed=rank))

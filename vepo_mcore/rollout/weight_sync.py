@@ -5,7 +5,9 @@
 `full_megatron_tensors` streams the model one parameter at a time to the engine's owner rank:
 each pipeline stage's TP ranks gather their shards to TP rank 0 (dist.gather) which merges them
 with checkpoint.mapping.tp_merge; that rank sends the full tensor to the owner (send/recv; nothing
-is sent when it is the owner). Only data-parallel replica 0 takes part. `hf_tensors` renames and
+is sent when it is the owner). The work is spread over the data-parallel replicas (issue 20.7):
+parameter i of a stage is gathered and sent by replica i mod DP, so each replica moves its share
+and no single replica's links carry the whole model. `hf_tensors` renames and
 re-lays them out with checkpoint.mapping.megatron_to_hf_tensors (fused qkv -> q, k, v; fc1 ->
 gate, up; vocab rows cut or zero-padded to the engine's rows). The owner hands the stream to
 `engine.update_weights`, which buckets it, so peak extra memory is about one bucket plus one
@@ -65,7 +67,9 @@ def full_megatron_tensors(model, cfg, dst: int = 0) -> Iterator[tuple[str, torch
     tp_size = parallel_state.get_tensor_model_parallel_world_size()
     tp_rank = parallel_state.get_tensor_model_parallel_rank()
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
-    replica0 = parallel_state.get_data_parallel_rank(with_context_parallel=True) == 0
+    # Context-parallel ranks hold the full weights too: they count as replicas here.
+    dp_rank = parallel_state.get_data_parallel_rank(with_context_parallel=True)
+    dp_size = parallel_state.get_data_parallel_world_size(with_context_parallel=True)
     offset = layer_offset(model)
     local = []
     for name, param in model.named_parameters():
@@ -75,20 +79,21 @@ def full_megatron_tensors(model, cfg, dst: int = 0) -> Iterator[tuple[str, torch
         if global_name == "output_layer.weight" and cfg.model.tie_word_embeddings:
             continue
         local.append((global_name, param))
-    # Stage sources (replica 0, TP rank 0) announce what they will send and in which shapes.
+    # Sources (TP rank 0 of every stage of every replica) announce what they hold, in which shapes.
     announce = None
-    if replica0 and tp_rank == 0:
-        announce = (pp_rank, [(n, _full_shape(n, p.shape, tp_size), p.dtype) for n, p in local])
+    if tp_rank == 0:
+        announce = (pp_rank, dp_rank, [(n, _full_shape(n, p.shape, tp_size), p.dtype) for n, p in local])
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, announce)
-    sources = {a[0]: (r, a[1]) for r, a in enumerate(everyone) if a is not None}
+    sources = {(a[0], a[1]): r for r, a in enumerate(everyone) if a is not None}
+    entries_of = {a[0]: a[2] for a in everyone if a is not None}
     device = next(model.parameters()).device
-    for stage in sorted(sources):
-        src, entries = sources[stage]
-        in_stage = replica0 and pp_rank == stage
-        for i, (name, shape, dtype) in enumerate(entries):
+    for stage in sorted(entries_of):
+        for i, (name, shape, dtype) in enumerate(entries_of[stage]):
+            replica = i % dp_size  # this parameter's gather and send fall to one replica
+            src = sources[(stage, replica)]
             full = None
-            if in_stage:
+            if pp_rank == stage and dp_rank == replica:
                 full = _gather_tp(name, _plain(local[i][1]), tp_size, tp_rank)
             if rank == src and src != dst:
                 dist.send(full.contiguous(), dst=dst)
