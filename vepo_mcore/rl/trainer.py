@@ -254,8 +254,9 @@ def _train_rl(trainer: RLTrainer) -> list[dict[str, float]]:
     t = trainer.cfg.training
     logger = MetricsLogger(trainer.cfg, trainer.iteration, is_writer=dist.get_rank() == 0,
                            world_size=dist.get_world_size())  # fmt: skip
-    where = f"resumed from {trainer.resumed_from}" if trainer.resumed_from else "fresh start"
-    logger.message(f"RL steps {trainer.iteration} -> {t.train_iters} ({where})")
+    logger.message(f"RL steps {trainer.iteration} -> {t.train_iters}")
+    if trainer.resumed_from:
+        logger.message(f"resumed from {trainer.resumed_from} at step {trainer.iteration}")
     history = []
     while trainer.iteration < t.train_iters:
         metrics = trainer.step()

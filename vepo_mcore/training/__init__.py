@@ -3,7 +3,9 @@
     loop.py           pretrain(cfg) for a whole run; train_step(...) for one optimizer step (RL reuses it)
     forward.py        forward_step(data_iterator, model) -> (output, loss_func) with exact token averaging
     optimizer.py      wrap_model (Float16Module + DDP), build_optimizer, build_scheduler
-    checkpointing.py  save_checkpoint / load_checkpoint: atomic torch_dist checkpoints with full resume state
+    checkpointing.py  save_checkpoint / load_checkpoint: atomic torch_dist checkpoints with full resume state,
+                      integrity.json checked on load (fallback to the newest intact checkpoint)
+    writer_lock.py    save_folder_lock: one run writes a save folder at a time
     sampler.py        which samples a DP rank reads, as a function of the global data position
     logging.py        MetricsLogger: rank-0 progress bar, tensorboard, JSONL, tokens/s, ETA, MFU
     synthetic.py      SyntheticTokens, a random-token dataset in GPTDataset's sample format
