@@ -39,6 +39,11 @@ IMAGE_ENV = dict(default_environment(), sys_platform="linux", platform_machine="
                  python_version="3.12", python_full_version="3.12.3", implementation_name="cpython")  # fmt: skip
 
 
+# The image's glibc is 2.34+; pip matches --platform tags literally, so name the older manylinux ones too.
+PLATFORMS = [arg for tag in ("manylinux_2_34", "manylinux_2_28", "manylinux_2_27", "manylinux_2_24",
+                             "manylinux_2_17", "manylinux2014") for arg in ("--platform", f"{tag}_x86_64")]  # fmt: skip
+
+
 def _pins(lines) -> dict[str, Requirement]:
     out = {}
     for line in lines:
@@ -154,8 +159,9 @@ def test_pip_resolves_the_image_requirements_for_the_image_platform(tmp_path):
         pytest.skip("PyPI is not reachable")
     report = tmp_path / "report.json"
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet",
-           "--only-binary=:all:", "--platform", "manylinux_2_34_x86_64", "--python-version", "3.12",
-           "--implementation", "cp", "--report", str(report), "-r", str(REQUIREMENTS)]  # fmt: skip
+           "--only-binary=:all:", *PLATFORMS, "--python-version", "3.12",
+           "--implementation", "cp", "--target", str(tmp_path / "target"),  # pip wants it with --platform
+           "--report", str(report), "-r", str(REQUIREMENTS)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=840)
     assert done.returncode == 0, done.stderr[-3000:]
     items = json.loads(report.read_text())["install"]
