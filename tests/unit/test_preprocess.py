@@ -194,3 +194,18 @@ def test_corrupt_gzip_and_directory_inputs_name_the_file(tmp_path):
         preprocess([bad], str(tmp_path / "x"), workers=2, progress=False)
     with pytest.raises(BadInputError, match="is a directory"):
         preprocess([tmp_path], str(tmp_path / "y"), progress=False)
+
+
+def test_empty_input_is_an_error_that_writes_nothing(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import preprocess_data
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    blank = write_jsonl(tmp_path / "blank.jsonl", [{"text": ""}, {"text": ""}])
+    out = tmp_path / "out"
+    assert preprocess_data.main(["--input", str(empty), "--output-prefix", str(out), "--no-progress"]) == 1
+    assert f"no documents in {empty} (0 empty, 0 bad lines skipped)" in capsys.readouterr().err
+    with pytest.raises(BadInputError, match=r"no documents in .*blank.jsonl \(2 empty.*under --json-key"):
+        preprocess([blank], str(out), progress=False)
+    assert not list(tmp_path.glob("out*.bin")) and not list(tmp_path.glob("out*.idx"))

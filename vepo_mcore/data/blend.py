@@ -117,6 +117,7 @@ def build_cpt_datasets(cfg: JobConfig, train_samples: int, valid_samples: int = 
 
     if train_samples <= 0:
         raise ValueError(f"train_samples must be positive, got {train_samples}")
+    check_splits_fit(cfg, with_valid=valid_samples > 0)
     config = gpt_dataset_config(cfg)
     # megatron needs a size for every split with weights; an unused valid split gets 1 sample.
     sizes = [train_samples, max(valid_samples, 1), 0]
@@ -124,6 +125,41 @@ def build_cpt_datasets(cfg: JobConfig, train_samples: int, valid_samples: int = 
     if valid_samples <= 0:
         valid = None
     return train, valid
+
+
+def check_splits_fit(cfg: JobConfig, with_valid: bool) -> None:
+    """Every language's train split (and valid split, when validation runs) must hold at least one
+    sample of seq_length + 1 tokens; megatron otherwise hangs or fails with an IndexError. Splits are
+    cut by documents as megatron cuts them (round(share * documents))."""
+    from megatron.core.datasets.blended_megatron_dataset_config import parse_and_normalize_split
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    data, need = cfg.data, cfg.training.seq_length + 1
+    shares = parse_and_normalize_split(data.split)
+    bounds = np.cumsum([0.0, *shares])
+    used = [("train", 0)] + ([("validation", 1)] if with_valid else [])
+    for lang in language_blend(data):
+        # A copy, taken while the dataset lives: sequence_lengths views its index's mmap.
+        dataset = IndexedDataset(check_prefix(data.paths[lang]))
+        lengths = np.array(dataset.sequence_lengths, dtype=np.int64)
+        del dataset
+        n = len(lengths)
+        for name, i in used:
+            begin, end = int(round(bounds[i] * n)), int(round(bounds[i + 1] * n))
+            tokens = int(lengths[begin:end].sum())
+            if tokens >= need:
+                continue
+            advice = (
+                "set training.eval_interval 0 (no validation), give validation a larger share of data.split "
+                "(e.g. '90,10,0'), lower training.seq_length, or add documents"
+                if name == "validation"
+                else "lower training.seq_length, give training a larger share of data.split, or add documents"
+            )
+            raise ValueError(
+                f"data.paths.{lang} ({data.paths[lang]}): its {name} split (data.split '{data.split}' of {n} "
+                f"documents = {end - begin} documents, {tokens} tokens) cannot fill one sample of "
+                f"training.seq_length + 1 = {need} tokens; {advice}"
+            )
 
 
 def _dataset_languages(dataset, data: DataConfig) -> list[str]:

@@ -325,6 +325,15 @@ def preprocess(
             else:
                 os.environ["TOKENIZERS_PARALLELISM"] = saved_env
     summary.seconds = time.perf_counter() - start
+    if summary.documents == 0:  # an empty dataset would only fail later, inside megatron's sampler
+        for suffix in (".bin", ".idx"):
+            Path(f"{prefix}{suffix}").unlink(missing_ok=True)
+        skipped = sum(summary.skipped.values())
+        raise BadInputError(
+            f"no documents in {', '.join(summary.files)} ({summary.empty:,} empty, {skipped:,} bad lines "
+            f"skipped); nothing written to {prefix}.bin/.idx. Give a file with text, one document per line "
+            f"(jsonl: the text under --json-key, here {text_key!r})"
+        )
     return summary
 
 
