@@ -41,6 +41,7 @@ from vepo_mcore.checkpoint.hf import (
     tokenizer_vocab_size,
 )
 from vepo_mcore.config import JobConfig, ParallelConfig, load_config, save_config, to_dict
+from vepo_mcore.training.state_dict import load_model_state
 
 CONFIG_FILE = "config.yaml"
 HF_CONFIG_FILE = "hf_config.json"
@@ -259,7 +260,7 @@ def load_megatron_checkpoint(model_chunks, ckpt_dir: str | Path) -> None:
     loaded = dist_checkpointing.load(_sharded_state_dict(chunks), str(path))
     keys = ["model"] if len(chunks) == 1 else [f"model{i}" for i in range(len(chunks))]
     for chunk, key in zip(chunks, keys):
-        chunk.load_state_dict(loaded[key], strict=True)
+        load_model_state(chunk, loaded[key])  # strict, except TE `_extra_state`
 
 
 @contextlib.contextmanager

@@ -43,6 +43,7 @@ import torch
 from vepo_mcore.config import JobConfig
 from vepo_mcore.models.vocab import padded_vocab_size
 from vepo_mcore.tokenizer.resize import _backend, new_row_sources, resize_embedding
+from vepo_mcore.training.state_dict import load_model_state
 
 VOCAB_KEYS = ("embedding.word_embeddings.weight", "output_layer.weight")
 HF_VOCAB_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
@@ -171,7 +172,7 @@ def resize_megatron_checkpoint(
     state = dist_checkpointing.load({"model": sharded}, str(path), validate_access_integrity=False)["model"]
     for name in vocab_entries:
         state[name] = _tp_rows(resize_embedding(state[name], plan.new_vocab, padded, plan.sources))
-    model.load_state_dict(state)
+    load_model_state(model, state)  # strict, except TE `_extra_state`
 
     save_dir = Path(save)
     out = save_checkpoint(save_dir, 0, model, None, config=new_cfg, tokenizer_dir=expanded_dir)

@@ -58,6 +58,7 @@ import torch.distributed as dist
 from vepo_mcore.config import JobConfig, from_dict, load_config
 from vepo_mcore.config.base import _merge, parse_overrides, to_dict
 from vepo_mcore.training.optimizer import unwrap
+from vepo_mcore.training.state_dict import load_model_state
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 INTEGRITY_FILE = "integrity.json"
@@ -500,7 +501,7 @@ def load_checkpoint(
         state["rng_state"] = _rng_sharded_object(None)
     loaded = dist_checkpointing.load(state, str(path))
 
-    unwrap(model).load_state_dict(loaded["model"])
+    load_model_state(unwrap(model), loaded["model"])  # TE `_extra_state` may be absent
     if weights_only:
         if optimizer is not None:
             optimizer.reload_model_params()  # fp32 master copies (bf16 runs) follow the new weights
