@@ -343,7 +343,8 @@ def save_checkpoint(
     _barrier()
 
     state = _sharded_state(model, optimizer, is_loading=False, optimizer_sharding=optimizer_sharding)
-    state["rng_state"] = _rng_sharded_object(rng_state())
+    rng_at_save = rng_state()
+    state["rng_state"] = _rng_sharded_object(rng_at_save)
     state.update(
         format_version=FORMAT_VERSION,
         iteration=iteration,
@@ -363,6 +364,9 @@ def save_checkpoint(
     if dist.is_initialized():
         recorded = [None] * dist.get_world_size()
         dist.all_gather_object(recorded, record_files(tmp, own))
+    # Writing draws from python/numpy RNGs (and megatron's tracker): put them back, so a run that
+    # saved continues exactly as one resumed from this checkpoint does.
+    set_rng_state(rng_at_save)
 
     if _rank() == 0:
         # Inside the iteration (self-contained) and beside it (where tools/convert_hf.py looks).
