@@ -197,7 +197,7 @@ def test_train_rm_tool_writes_tables_and_checkpoint(tmp_path):
 
 
 def _sequence_parallel_config(rank, world, tmp):
-    import yaml
+    import copy
 
     from vepo_mcore.languages import default_tokenizer_dir
     from vepo_mcore.parallel import destroy, init_model_parallel
@@ -206,13 +206,13 @@ def _sequence_parallel_config(rank, world, tmp):
 
     cfg = tiny_rm_cfg(1000, tmp)
     init_model_parallel(cfg.parallel, seed=3)
-    path = save_checkpoint(
-        f"{tmp}/rm", 1, build_reward_model(cfg), config=cfg, tokenizer_dir=default_tokenizer_dir()
+    # The config a TP=2 GPU run with sequence parallelism saves (torch_dist tensors do not depend on
+    # the layout they were saved from).
+    saved = copy.deepcopy(cfg)
+    saved.parallel.tensor_model_parallel_size, saved.parallel.sequence_parallel = 2, True
+    save_checkpoint(
+        f"{tmp}/rm", 1, build_reward_model(cfg), config=saved, tokenizer_dir=default_tokenizer_dir()
     )
-    saved = yaml.safe_load((path / "config.yaml").read_text())
-    # As a TP=2 GPU run with sequence parallelism saves it.
-    saved["parallel"].update(tensor_model_parallel_size=2, sequence_parallel=True)
-    (path / "config.yaml").write_text(yaml.safe_dump(saved))
     destroy()
     model, loaded_cfg, _ = load_reward_model(f"{tmp}/rm")  # served at TP=1: sequence parallelism is dropped
     assert loaded_cfg.parallel.tensor_model_parallel_size == 1 and not loaded_cfg.parallel.sequence_parallel
