@@ -172,3 +172,8 @@ def test_the_grid_takes_the_rl_prompts_the_toy_planned(tmp_path):
         sft=tmp_path / "sft", tokenizer=tmp_path / "tok", vocab_size=10, **toy_rl_prompts(tmp_path)
     )
     assert (setup.directions, setup.prompt_sentences) == ("en-th,th-en", "800:")
+
+
+def test_a_missing_sft_checkpoint_names_the_command_that_makes_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"tools/run_toy.py --out .* --seeds 3 --no-report"):
+        GridSetup.from_toy(tmp_path / "seed3")

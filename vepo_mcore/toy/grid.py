@@ -76,6 +76,12 @@ class GridSetup:
         from vepo_mcore.training.checkpointing import checkpoint_config
 
         seed_dir = Path(seed_dir)
+        if not (seed_dir / "sft").is_dir():
+            raise FileNotFoundError(
+                f"{seed_dir / 'sft'} does not exist: the grid starts from a toy seed's SFT checkpoint; "
+                f"make it with `python tools/run_toy.py --out {seed_dir.parent} --seeds "
+                f"{seed_dir.name.removeprefix('seed')} --no-report` (~33 min on 2 cores)"
+            )
         sft_cfg, _ = checkpoint_config(seed_dir / "sft")
         return cls(sft=seed_dir / "sft", tokenizer=Path(sft_cfg.tokenizer.path),
                    vocab_size=sft_cfg.model.vocab_size, **{**toy_rl_prompts(seed_dir), **settings})  # fmt: skip
