@@ -48,13 +48,13 @@ class TrainerSpec:
     cwd: Path
     nproc: int = 1
 
-    def command(self, save: Path) -> list[str]:
+    def command(self, save: Path, port: int | None = None) -> list[str]:
         py = sys.executable
         if self.nproc > 1:
             from vepo_mcore.parallel.init import free_port
 
             launcher = [str(Path(py).with_name("torchrun")), "--nproc-per-node", str(self.nproc),
-                        "--master-addr", "127.0.0.1", "--master-port", str(free_port())]  # fmt: skip
+                        "--master-addr", "127.0.0.1", "--master-port", str(port or free_port())]  # fmt: skip
         else:
             launcher = [py]
         return [
@@ -128,11 +128,14 @@ class Launch:
         return self.log.read_text(errors="replace") if self.log.is_file() else ""
 
 
-def launch(spec: TrainerSpec, save: Path, log: Path) -> Launch:
+def launch(spec: TrainerSpec, save: Path, log: Path, port: int | None = None) -> Launch:
+    """Start the trainer; `port`: its rendezvous port (torchrun's, or MASTER_PORT for one process),
+    else a free one."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    env = _env() if port is None else {**_env(), "MASTER_PORT": str(port)}
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            spec.command(save), cwd=spec.cwd, env=_env(), stdout=out, stderr=subprocess.STDOUT,
+            spec.command(save, port), cwd=spec.cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
     return Launch(proc, log)
@@ -395,15 +398,21 @@ def second_writer(spec: TrainerSpec, save: Path, report: FaultReport, timeout: f
     exit non-zero naming the first's rank 0 (its pid). Returns the refusal's error line."""
     import psutil
 
-    runs = [launch(spec, save, save.parent / f"{save.name}_writer1.log")]
-    # The second starts once the first holds the folder: a real second launch, and by then the first
-    # has bound its rendezvous port (two launches picking ports at once may get the same free one).
+    from vepo_mcore.parallel.init import free_port
+
+    # Two different rendezvous ports: a port the first run listens on was seen handed out again as
+    # "free" to the second (EADDRINUSE, not a refusal).
+    ports = [free_port()]
+    while len(ports) < 2:
+        ports += [p for p in [free_port()] if p != ports[0]]
+    runs = [launch(spec, save, save.parent / f"{save.name}_writer1.log", ports[0])]
+    # The second starts once the first holds the folder: a real second launch.
     start = time.monotonic()
     while not (save / "writer.lock").is_file() and runs[0].proc.poll() is None:
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"the first writer took no lock on {save} within {timeout} s")
         time.sleep(0.05)
-    runs.append(launch(spec, save, save.parent / f"{save.name}_writer2.log"))
+    runs.append(launch(spec, save, save.parent / f"{save.name}_writer2.log", ports[1]))
     pids: list[set[int]] = [{r.proc.pid} for r in runs]
     start = time.monotonic()
     while any(r.proc.poll() is None for r in runs) and time.monotonic() - start < timeout:
