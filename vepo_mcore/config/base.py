@@ -169,6 +169,13 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
     return nested
 
 
+def apply_overrides(cfg: T, overrides: list[str]) -> T:
+    """``cfg`` with dotted CLI overrides applied to its effective values: a dotted key of a mapping
+    field adds to or changes that mapping (--rl.rewards.weights.repetition 0.5 keeps mt, length,
+    ...), where a mapping written in a file replaces the default one. Not validated."""
+    return from_dict(type(cfg), _merge(to_dict(cfg), parse_overrides(overrides)))
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
     """Load ``cls`` from an optional YAML file, apply dotted CLI overrides, and validate."""
     data: dict[str, Any] = {}
@@ -181,12 +188,9 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: top level must be a mapping of sections, got {type(loaded).__name__}")
         data = loaded
-    if overrides:
-        # Into the file's values over the defaults: a dotted key of a mapping field adds to or
-        # changes that mapping (--rl.rewards.weights.repetition 0.5 keeps mt, length, ...); a
-        # mapping written in the file replaces the default one.
-        data = _merge(to_dict(from_dict(cls, data)), parse_overrides(overrides))
     cfg = from_dict(cls, data)
+    if overrides:
+        cfg = apply_overrides(cfg, overrides)
     validate = getattr(cfg, "validate", None)
     if validate is not None:
         validate()

@@ -55,8 +55,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from vepo_mcore.config import JobConfig, from_dict, load_config
-from vepo_mcore.config.base import _merge, parse_overrides, to_dict
+from vepo_mcore.config import JobConfig, load_config
+from vepo_mcore.config.base import apply_overrides
 from vepo_mcore.training.optimizer import unwrap
 from vepo_mcore.training.state_dict import load_model_state
 
@@ -538,7 +538,7 @@ def checkpoint_config(checkpoint: str | Path, overrides: list[str] | None = None
         raise FileNotFoundError(f"{saved} is missing: the checkpoint does not say which model it holds")
     cfg = load_config(JobConfig, saved)
     if overrides:
-        cfg = from_dict(JobConfig, _merge(to_dict(cfg), parse_overrides(overrides)))
+        cfg = apply_overrides(cfg, overrides)
     if (path / "tokenizer" / "tokenizer.json").is_file():
         cfg.tokenizer.path = str(path / "tokenizer")
     return cfg, path
