@@ -12,19 +12,11 @@ from dataclasses import replace
 import pytest
 import torch
 
+from tests.support.threads import one_thread  # noqa: F401  (autouse)
 from vepo_mcore.rollout.base import SamplingParams
 from vepo_mcore.translation.sample import Sample
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny matmuls: a second thread only adds contention on the shared 2-core machine.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def run_contract(engine, reference, weights: dict[str, torch.Tensor], atol: float = 1e-5) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.threads import one_thread  # noqa: F401  (autouse)
 from vepo_mcore.rollout import fake_sglang
 from vepo_mcore.rollout.base import SamplingParams
 
@@ -25,14 +26,6 @@ PINNED = fake_sglang.SGLANG_VERSION
 INTERNAL_SAMPLING_FIELDS = {"stop_strs", "stop_regex_strs", "stop_str_max_len", "stop_regex_max_len",
                             "is_normalized", "ebnf_full_assistant"}  # fmt: skip
 ALL = ["kv_cache", "weights", "cuda_graph"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _recorded_signature(version: str, method: str) -> inspect.Signature:
