@@ -10,31 +10,31 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from vepo_mcore.config.eval import EvalConfig
+from vepo_mcore.config.eval import EvalConfig, EvalSystemConfig
 from vepo_mcore.eval.comet import comet_segment_scores, load_comet
 from vepo_mcore.eval.metrics import corpus_score
 from vepo_mcore.eval.report import table3_cell
-from vepo_mcore.eval.runner import EvalJob, SystemSpec, run_evaluation
+from vepo_mcore.eval.runner import EvalJob, run_evaluation
 from vepo_mcore.languages import load_flores
 
 DIRS = "en-th,zh-en,km-lo,vi-zh"
 
 
-def job(tmp_path, system, baseline=None, workers=1, constraints=False, **kw) -> EvalJob:
-    return EvalJob(
-        constraints=constraints,
-        eval=EvalConfig(directions=DIRS, max_sentences=40),
+def job(tmp_path, system, baseline=None, workers=1, constraints=False, comet_model=None, **kw) -> EvalJob:
+    cfg = EvalConfig(
+        directions=DIRS,
+        max_sentences=40,
         system=system,
         baseline=baseline,
         out_dir=str(tmp_path),
         workers=workers,
-        progress=False,
         **kw,
     )
+    return EvalJob(eval=cfg, constraints=constraints, comet_model=comet_model, progress=False)
 
 
 def test_reference_scores_100_and_reports_are_written(tmp_path):
-    payload = run_evaluation(job(tmp_path, SystemSpec(kind="reference"), constraints=True))
+    payload = run_evaluation(job(tmp_path, EvalSystemConfig(kind="reference"), constraints=True))
     for row in payload["directions"]:
         assert row["scores"]["bleu"] == pytest.approx(100.0) and row["scores"]["chrf"] == pytest.approx(100.0)
     with (tmp_path / "scores.csv").open() as fh:
@@ -65,7 +65,9 @@ def test_reference_scores_100_and_reports_are_written(tmp_path):
 
 def test_copy_source_groups_bootstrap_and_parallel_equals_serial(tmp_path):
     copy_vs_reference = dict(
-        system=SystemSpec(kind="copy-source"), baseline=SystemSpec(kind="reference"), bootstrap_samples=200
+        system=EvalSystemConfig(kind="copy-source"),
+        baseline=EvalSystemConfig(kind="reference"),
+        bootstrap_samples=200,
     )
     serial = run_evaluation(job(tmp_path / "s", workers=1, **copy_vs_reference))
     parallel = run_evaluation(job(tmp_path / "p", workers=2, **copy_vs_reference))
@@ -93,7 +95,7 @@ def test_hyp_dir_line_count_error(tmp_path):
     for d in DIRS.split(","):
         (hyps / f"{d}.txt").write_text("only one line\n")
     with pytest.raises(ValueError, match="en-th.txt has 1 lines, expected at least 40"):
-        run_evaluation(job(tmp_path / "out", SystemSpec(kind="hyp-dir", hyp_dir=str(hyps))))
+        run_evaluation(job(tmp_path / "out", EvalSystemConfig(kind="hyp-dir", hyp_dir=str(hyps))))
 
 
 def test_table3_cell_formats():
@@ -166,7 +168,7 @@ def test_comet_through_the_run_scores_tables_and_bootstrap(tmp_path):
                 scores=[len(set(d["mt"]) & set(d["ref"])) / max(len(set(d["ref"])), 1) for d in data]
             )
 
-    spec = job(tmp_path, SystemSpec(kind="copy-source"), SystemSpec(kind="reference"), bootstrap_samples=100,
+    spec = job(tmp_path, EvalSystemConfig(kind="copy-source"), EvalSystemConfig(kind="reference"), bootstrap_samples=100,
                comet_model=CharOverlapModel())  # fmt: skip
     payload = run_evaluation(spec)
     refs, sources = load_flores("th")[:40], load_flores("en")[:40]

@@ -129,8 +129,8 @@ def test_hf_model_system_translates_through_the_fake_sglang_engine(tmp_path):
     import torch
 
     from tests.support.checkpoints import tiny_qwen2_hf
-    from vepo_mcore.config.eval import EvalConfig
-    from vepo_mcore.eval.runner import EvalJob, SystemSpec, run_evaluation
+    from vepo_mcore.config.eval import EvalConfig, EvalSystemConfig
+    from vepo_mcore.eval.runner import EvalJob, run_evaluation
     from vepo_mcore.eval.translate import engine_from_hf, greedy_sampling
     from vepo_mcore.languages import load_flores
 
@@ -139,11 +139,12 @@ def test_hf_model_system_translates_through_the_fake_sglang_engine(tmp_path):
     torch.set_num_threads(1)
     try:
         tiny_qwen2_hf(tmp_path / "hf", vocab_size=len(tok), num_layers=1)
-        system = SystemSpec(
+        system = EvalSystemConfig(
             kind="hf-model", model_path=str(tmp_path / "hf"), engine="fake_sglang", max_new_tokens=4
         )
-        job = EvalJob(eval=EvalConfig(directions="en-th,th-en", max_sentences=2), system=system, out_dir=str(tmp_path / "out"),
-                      workers=1, progress=False, plots=False, constraints=False)  # fmt: skip
+        cfg = EvalConfig(directions="en-th,th-en", max_sentences=2, system=system, out_dir=str(tmp_path / "out"),
+                         workers=1, plots=False)  # fmt: skip
+        job = EvalJob(eval=cfg, progress=False, constraints=False)
         payload = run_evaluation(job)
         assert payload["system"] == "hf" and [r["n"] for r in payload["directions"]] == [2, 2]
         engine = engine_from_hf(tmp_path / "hf", "fake_sglang", tok)

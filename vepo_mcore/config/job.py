@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 
 from vepo_mcore.config.base import load_config
@@ -45,6 +46,7 @@ class JobConfig:
         self.training.validate(dp)
         self.data.validate()
         self.rl.validate()
+        self.eval.validate()
         self.rm.validate()
         if self.model.num_layers % self.parallel.pipeline_model_parallel_size:
             raise ValueError(
@@ -53,11 +55,40 @@ class JobConfig:
             )
 
 
-def job_from_cli(argv: list[str] | None, description: str) -> tuple[argparse.Namespace, JobConfig]:
+def expand_flag_aliases(argv: list[str], aliases: dict[str, tuple[str, str | None]]) -> list[str]:
+    """argv with each alias flag written as its dotted field: `--out DIR` or `--out=DIR` becomes
+    `--eval.out_dir DIR`; a switch (fixed value, e.g. `--no-plots`) becomes `--eval.plots false`."""
+    out: list[str] = []
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        if flag not in aliases:
+            out.append(arg)
+            continue
+        dotted, fixed = aliases[flag]
+        if fixed is not None:
+            if eq:
+                raise ValueError(f"{flag} is a switch (it sets {dotted} to {fixed}); it takes no value")
+            out += [f"--{dotted}", fixed]
+        else:
+            out += [f"--{dotted}={value}"] if eq else [f"--{dotted}"]
+    return out
+
+
+def job_from_cli(
+    argv: list[str] | None, description: str, aliases: dict[str, tuple[str, str | None]] | None = None
+) -> tuple[argparse.Namespace, JobConfig]:
     """The entry scripts' command line: --config YAML [--dry-run [--world-size N]] and dotted
-    overrides of any field (--training.train_iters 100). Returns (flags, the loaded JobConfig)."""
+    overrides of any field (--training.train_iters 100). `aliases` maps a script's older flags onto
+    dotted fields (listed in --help). Returns (flags, the loaded JobConfig)."""
+    epilog = None
+    if aliases:
+        rows = [
+            f"  {flag:20s} --{dotted}" + (f" {fixed}" if fixed else "")
+            for flag, (dotted, fixed) in aliases.items()
+        ]
+        epilog = "older flags, still accepted as aliases of dotted fields:\n" + "\n".join(rows)
     parser = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", help="YAML config (see examples/configs/)")
     parser.add_argument("--dry-run", action="store_true", help="parse and validate the config, then exit")
@@ -65,5 +96,6 @@ def job_from_cli(argv: list[str] | None, description: str) -> tuple[argparse.Nam
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of configuration and data errors too"
     )
-    args, overrides = parser.parse_known_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args, overrides = parser.parse_known_args(expand_flag_aliases(argv, aliases or {}))
     return args, load_config(JobConfig, args.config, overrides)

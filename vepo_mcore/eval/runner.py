@@ -3,7 +3,7 @@
 run_evaluation(job) reads the FLORES sources/references of every selected direction, gets the
 system's hypotheses (files or a sanity system), scores BLEU / chrF / chrF++ per direction in
 parallel processes (a progress bar on stderr), adds COMET-22 when a checkpoint is given, runs
-the paired bootstrap against a baseline system when one is given, and writes into job.out_dir:
+the paired bootstrap against a baseline system when one is given, and writes into job.eval.out_dir:
 
   scores.csv, scores.json     per direction (+ group means, signatures)
   table3.md                   group table in the paper's Table 3 layout, paper rows beside it
@@ -19,17 +19,16 @@ import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vepo_mcore.config.eval import EvalConfig
+from vepo_mcore.config.eval import EvalConfig, EvalSystemConfig
 from vepo_mcore.eval import bootstrap as bs
 from vepo_mcore.eval import report
 from vepo_mcore.eval.metrics import (
-    DEFAULT_METRICS,
     aggregate_score,
     clean_lines,
     metric_with_references,
@@ -43,53 +42,15 @@ from vepo_mcore.translation.prompts import DEFAULT_TEMPLATE
 
 
 @dataclass(kw_only=True)
-class SystemSpec:
-    """A system to evaluate: 'hyp-dir' (files in hyp_dir), 'reference', 'copy-source', or 'hf-model'
-    (translate with a rollout engine serving model_path first, into hyp_dir or out_dir/hyps)."""
-
-    kind: str = "hyp-dir"
-    hyp_dir: str | None = None
-    name: str | None = None
-    """Display name (defaults to the directory name or the kind)."""
-    model_path: str | None = None
-    """hf-model: Hugging Face Qwen2 directory."""
-    engine: str = "sglang"
-    """hf-model: rollout engine ('sglang' on GPU, 'fake_sglang' for tiny models on CPU)."""
-    tokenizer_path: str | None = None
-    """hf-model: tokenizer directory (default: model_path if it has tokenizer.json, else the shipped Qwen2.5)."""
-    template: str = DEFAULT_TEMPLATE
-    """hf-model: user-turn prompt template (fields src_name tgt_name src tgt source)."""
-    max_new_tokens: int = 256
-    batch_size: int = 64
-
-    @property
-    def label(self) -> str:
-        if self.name:
-            return self.name
-        return Path(self.hyp_dir).name if self.kind == "hyp-dir" and self.hyp_dir else self.kind
-
-
-@dataclass(kw_only=True)
 class EvalJob:
-    """Everything one evaluation run needs."""
+    """One evaluation run: the eval config (directions, systems, metrics, outputs) and what only a
+    caller in Python can hand over (a loaded COMET model, progress bars, the paper comparison)."""
 
     eval: EvalConfig = field(default_factory=EvalConfig)
-    system: SystemSpec = field(default_factory=SystemSpec)
-    baseline: SystemSpec | None = None
-    """Second system for the paired bootstrap (None = no significance test)."""
-    out_dir: str = "reports/eval/run"
-    metrics: tuple[str, ...] = DEFAULT_METRICS
-    bootstrap_samples: int = bs.DEFAULT_SAMPLES
-    seed: int = bs.DEFAULT_SEED
-    workers: int = 0
-    """Metric processes; 0 = one per CPU core, 1 = serial in this process."""
-    width: int = 1
-    """Decimals of BLEU/chrF in tables (the sacrebleu CLI's --width)."""
     comet_batch_size: int = 64
     comet_model: Any = None
     """An already loaded COMET model (anything with COMET's `predict`), e.g. shared across runs;
     takes the place of loading eval.comet_checkpoint."""
-    plots: bool = True
     paper_models: tuple[str, ...] = ("VEPO", "Google", "NLLB", "Gem3")
     """Appendix systems whose per-direction numbers go beside ours in vs_paper.csv."""
     constraints: bool = True
@@ -207,7 +168,7 @@ def _add_comet(job: EvalJob, tasks: list[DirectionTask], results: list[Direction
 
     model = job.comet_model if job.comet_model is not None else load_comet(job.eval.comet_checkpoint)
     systems = [[t.hypotheses for t in tasks]]
-    if job.baseline is not None:
+    if job.eval.baseline is not None:
         systems.append([t.baseline for t in tasks])
     per_system = [
         comet_segment_scores(
@@ -225,10 +186,10 @@ def _add_comet(job: EvalJob, tasks: list[DirectionTask], results: list[Direction
         segments = np.asarray(per_system[0][d], dtype=np.float64)
         result.scores["comet"] = float(segments.mean())
         result.signatures["comet"] = signature
-        if job.baseline is not None:
+        if job.eval.baseline is not None:
             base_segments = np.asarray(per_system[1][d], dtype=np.float64)
             result.baseline_scores["comet"] = float(base_segments.mean())
-            indices = bs.resample_indices(result.n, job.bootstrap_samples, job.seed)
+            indices = bs.resample_indices(result.n, job.eval.bootstrap_samples, job.eval.seed)
             mean_fn = lambda summed, n=result.n: float(summed[0]) / n  # noqa: E731
             result.resamples["comet"] = bs.resample_scores(segments[:, None], indices, mean_fn)
             result.baseline_resamples["comet"] = bs.resample_scores(base_segments[:, None], indices, mean_fn)
@@ -297,7 +258,7 @@ def _constraints_available() -> bool:
 def _write_constraints(job: EvalJob, results: Sequence[DirectionResult], out: Path) -> dict:
     from vepo_mcore.eval.constraints import constraint_markdown, merge_rates
 
-    per_direction = {job.system.label: {str(r.direction): r.constraints for r in results}}
+    per_direction = {job.eval.system.label: {str(r.direction): r.constraints for r in results}}
     if results and results[0].reference_constraints is not None:
         per_direction["reference"] = {str(r.direction): r.reference_constraints for r in results}
     rows = {name: merge_rates(list(directions.values())) for name, directions in per_direction.items()}
@@ -307,54 +268,75 @@ def _write_constraints(job: EvalJob, results: Sequence[DirectionResult], out: Pa
     return payload
 
 
-def _translate_with_model(job: EvalJob, spec: SystemSpec, directions: list[Direction], out: Path) -> None:
-    """Greedy translations of every direction into spec.hyp_dir, then read them as a hyp-dir system."""
+def _translate_with_model(
+    job: EvalJob, spec: EvalSystemConfig, directions: list[Direction], out: Path
+) -> EvalSystemConfig:
+    """Greedy translations of every direction into spec.hyp_dir; returns spec as a hyp-dir system."""
     from vepo_mcore.eval.translate import engine_from_hf, greedy_sampling, translate_directions
     from vepo_mcore.tokenizer.tokenizer import load_tokenizer
 
     if not spec.model_path:
-        raise ValueError("system 'hf-model' needs model_path (--hf-model DIR)")
+        raise ValueError("system 'hf-model' needs model_path (--eval.system.model_path DIR)")
     tok_dir = spec.tokenizer_path
     if tok_dir is None and (Path(spec.model_path) / "tokenizer.json").is_file():
         tok_dir = spec.model_path
     tokenizer = load_tokenizer(tok_dir)
-    spec.hyp_dir = spec.hyp_dir or str(out / "hyps")
-    spec.name = spec.name or Path(spec.model_path).name
+    hyp_dir = spec.hyp_dir or str(out / "hyps")
     engine = engine_from_hf(spec.model_path, spec.engine, tokenizer)
     try:
         translate_directions(
             engine,
             directions,
-            spec.hyp_dir,
+            hyp_dir,
             tokenizer=tokenizer,
             load=lambda d: _load_direction(job, d),
             sampling=greedy_sampling(tokenizer, spec.max_new_tokens),
-            template=spec.template,
+            template=spec.template or DEFAULT_TEMPLATE,
             batch_size=spec.batch_size,
             progress=job.progress,
         )
     finally:
         engine.shutdown()
-    spec.kind = "hyp-dir"
+    return replace(spec, kind="hyp-dir", hyp_dir=hyp_dir, name=spec.name or Path(spec.model_path).name)
+
+
+def _hypothesis_source(
+    job: EvalJob, spec: EvalSystemConfig | None, directions: list[Direction], out: Path
+) -> EvalSystemConfig | None:
+    """spec with its kind resolved; an hf-model is translated first and becomes its hyp-dir."""
+    if spec is None:
+        return None
+    kind = spec.resolved_kind
+    if kind == "hf-model":
+        return _translate_with_model(job, spec, directions, out)
+    if kind == "checkpoint":
+        raise ValueError(
+            "a checkpoint system is translated inside a process group: run tools/evaluate.py "
+            "(evaluate_config), or translate it first and give its hyps as a hyp-dir system"
+        )
+    return replace(spec, kind=kind)
 
 
 def run_evaluation(job: EvalJob) -> dict:
-    """Evaluate job.system on the selected directions and write every report; returns the scores.json payload."""
+    """Evaluate job.eval.system on the selected directions and write every report; returns the scores.json payload."""
+    job.eval.validate()
     directions = parse_directions(job.eval.directions)
-    metrics = tuple(job.metrics)
-    out = Path(job.out_dir)
+    metrics = tuple(m.strip() for m in job.eval.metrics.split(",") if m.strip())
+    out = Path(job.eval.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for spec in (job.system, job.baseline):
-        if spec is not None and spec.kind == "hf-model":
-            _translate_with_model(job, spec, directions, out)
+    system = _hypothesis_source(job, job.eval.system, directions, out)
+    baseline = _hypothesis_source(job, job.eval.baseline, directions, out)
+    job = replace(job, eval=replace(job.eval, system=system, baseline=baseline))
     with_constraints = job.constraints and _constraints_available()
     tasks = []
     for d in directions:
         sources, references = _load_direction(job, d)
-        hyps = system_hypotheses(job.system.kind, d, sources, references, job.system.hyp_dir)
+        hyps = system_hypotheses(job.eval.system.kind, d, sources, references, job.eval.system.hyp_dir)
         base = None
-        if job.baseline is not None:
-            base = system_hypotheses(job.baseline.kind, d, sources, references, job.baseline.hyp_dir)
+        if job.eval.baseline is not None:
+            base = system_hypotheses(
+                job.eval.baseline.kind, d, sources, references, job.eval.baseline.hyp_dir
+            )
         tasks.append(
             DirectionTask(
                 d,
@@ -364,13 +346,13 @@ def run_evaluation(job: EvalJob) -> dict:
                 base,
                 metrics,
                 job.eval.spm_model,
-                job.bootstrap_samples,
-                job.seed,
+                job.eval.bootstrap_samples,
+                job.eval.seed,
                 constraints=with_constraints,
-                reference_constraints=with_constraints and job.system.kind != "reference",
+                reference_constraints=with_constraints and job.eval.system.kind != "reference",
             )
         )
-    results = score_all(tasks, job.workers, job.progress)
+    results = score_all(tasks, job.eval.workers, job.progress)
     all_metrics = metrics
     if job.eval.comet_checkpoint or job.comet_model is not None:
         _add_comet(job, tasks, results)
@@ -390,41 +372,49 @@ def run_evaluation(job: EvalJob) -> dict:
     ]
     groups = group_scores(results, all_metrics)
     payload = {
-        "system": job.system.label,
+        "system": job.eval.system.label,
         "split": job.eval.split,
         "metrics": list(all_metrics),
         "directions": rows,
         "groups": groups,
         "signatures": _signature_lines(results, all_metrics),
     }
-    report.write_direction_csv(out / "scores.csv", rows, all_metrics, job.width)
+    report.write_direction_csv(out / "scores.csv", rows, all_metrics, job.eval.width)
     if job.paper_models:
         report.write_paper_comparison(out / "vs_paper.csv", rows, job.paper_models)
-    systems = {job.system.label: groups}
-    if job.baseline is not None:
-        systems[job.baseline.label] = group_scores(results, all_metrics, "baseline_scores")
-    (out / "table3.md").write_text(report.table3_markdown(systems, width=job.width), encoding="utf-8")
-    if job.plots:
+    systems = {job.eval.system.label: groups}
+    if job.eval.baseline is not None:
+        systems[job.eval.baseline.label] = group_scores(results, all_metrics, "baseline_scores")
+    (out / "table3.md").write_text(report.table3_markdown(systems, width=job.eval.width), encoding="utf-8")
+    if job.eval.plots:
         from vepo_mcore.eval.plots import plot_heatmap
 
         for m in all_metrics:
             fmt = "{:.3f}" if m == "comet" else "{:.1f}"
             scores = {row["direction"]: row["scores"][m] for row in rows}
             plot_heatmap(
-                scores, out / f"heatmap_{m.replace('+', 'p')}.png", title=f"{job.system.label}: {m}", fmt=fmt
+                scores,
+                out / f"heatmap_{m.replace('+', 'p')}.png",
+                title=f"{job.eval.system.label}: {m}",
+                fmt=fmt,
             )
-    if job.baseline is not None:
+    if job.eval.baseline is not None:
         table = paired_bootstrap(results, all_metrics)
         payload["bootstrap"] = {
-            "baseline": job.baseline.label,
-            "n_samples": job.bootstrap_samples,
-            "seed": job.seed,
+            "baseline": job.eval.baseline.label,
+            "n_samples": job.eval.bootstrap_samples,
+            "seed": job.eval.seed,
             "results": table,
         }
         report.write_json(out / "bootstrap.json", payload["bootstrap"])
         (out / "bootstrap.md").write_text(
             report.bootstrap_markdown(
-                table, job.system.label, job.baseline.label, job.bootstrap_samples, job.seed, job.width
+                table,
+                job.eval.system.label,
+                job.eval.baseline.label,
+                job.eval.bootstrap_samples,
+                job.eval.seed,
+                job.eval.width,
             ),
             encoding="utf-8",
         )
@@ -462,3 +452,28 @@ def print_summary(payload: dict, out_dir: str | Path, file=None) -> None:
     else:
         print(f"constraint table: {constraints}", file=file)
     print(f"reports written to {out_dir}", file=file)
+
+
+def evaluate_config(cfg: EvalConfig) -> dict | None:
+    """tools/evaluate.py's run: translate a checkpoint system first (every rank of the process group
+    helps; rank 0 scores), evaluate, print the summary. Returns the payload (None on other ranks)."""
+    if cfg.system.resolved_kind == "checkpoint":
+        import torch.distributed as dist
+
+        from vepo_mcore.eval.generate import translate_checkpoint
+        from vepo_mcore.parallel import init_distributed
+
+        init_distributed()
+        spec = cfg.system
+        hyp_dir = spec.hyp_dir or str(Path(cfg.out_dir) / "hyps")
+        translate_checkpoint(
+            spec.checkpoint, hyp_dir, cfg.directions, cfg.split, cfg.max_sentences, spec.max_new_tokens,
+            spec.batch_size,
+        )  # fmt: skip
+        name = spec.name or Path(spec.checkpoint).name
+        cfg = replace(cfg, system=replace(spec, kind="hyp-dir", hyp_dir=hyp_dir, name=name))
+        if dist.get_rank() != 0:  # the model-parallel ranks helped translate; scoring is rank 0's
+            return None
+    payload = run_evaluation(EvalJob(eval=cfg))
+    print_summary(payload, cfg.out_dir)
+    return payload

@@ -1,0 +1,119 @@
+"""tools/evaluate.py on the config tree: its old flags are aliases of the eval section's dotted
+fields, a wrong field is a ValueError naming it and the known keys, and the quickstart's call runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools.evaluate import main
+from vepo_mcore.config import to_dict
+from vepo_mcore.config.eval import EVALUATE_FLAG_ALIASES
+from vepo_mcore.config.job import expand_flag_aliases, job_from_cli
+from vepo_mcore.languages import load_flores
+
+OLD = [
+    "--hyp-dir", "h/rl", "--name", "rl", "--baseline-hyp-dir", "h/sft", "--baseline-name", "sft",
+    "--directions", "en-th,th-en", "--max-sentences", "8", "--out", "o", "--split", "dev", "--metrics", "bleu,chrf",
+    "--bootstrap-samples", "50", "--seed", "3", "--workers=1", "--width", "2", "--no-plots", "--engine", "fake_sglang",
+    "--max-new-tokens", "16", "--batch-size", "4", "--tokenizer", "tok", "--eval.spm_model", "flores.spm",
+]  # fmt: skip
+DOTTED = [
+    "--eval.system.hyp_dir", "h/rl", "--eval.system.name", "rl", "--eval.baseline.hyp_dir", "h/sft",
+    "--eval.baseline.name", "sft", "--eval.directions", "en-th,th-en", "--eval.max_sentences", "8",
+    "--eval.out_dir", "o", "--eval.split", "dev", "--eval.metrics", "bleu,chrf", "--eval.bootstrap_samples", "50",
+    "--eval.seed", "3", "--eval.workers", "1", "--eval.width", "2", "--eval.plots", "false",
+    "--eval.system.engine", "fake_sglang", "--eval.system.max_new_tokens", "16", "--eval.system.batch_size", "4",
+    "--eval.system.tokenizer_path", "tok", "--eval.spm_model", "flores.spm",
+]  # fmt: skip
+
+
+def _eval(argv: list[str]) -> dict:
+    return to_dict(job_from_cli(argv, "", aliases=EVALUATE_FLAG_ALIASES)[1].eval)
+
+
+def test_old_flags_and_dotted_overrides_give_the_same_config():
+    old = _eval(OLD)
+    assert old == _eval(DOTTED)
+    assert old["system"]["hyp_dir"] == "h/rl" and old["baseline"] == {**old["baseline"], "hyp_dir": "h/sft"}
+    assert old["plots"] is False and old["workers"] == 1 and old["max_sentences"] == 8
+    model = ["--system", "hf-model", "--hf-model", "m", "--baseline-system", "copy-source"]
+    dotted = [
+        "--eval.system.kind",
+        "hf-model",
+        "--eval.system.model_path",
+        "m",
+        "--eval.baseline.kind",
+        "copy-source",
+    ]
+    assert _eval(model) == _eval(dotted)
+    checkpoint = ["--checkpoint", "runs/x/rl", "--max-new-tokens", "8"]
+    assert _eval(checkpoint) == _eval(
+        ["--eval.system.checkpoint", "runs/x/rl", "--eval.system.max_new_tokens", "8"]
+    )
+    # every alias is exercised above
+    used = {a.split("=")[0] for a in OLD + model + checkpoint if a.startswith("--") and "." not in a}
+    assert used == set(EVALUATE_FLAG_ALIASES)
+
+
+def test_a_yaml_eval_section_gives_defaults_that_flags_override(tmp_path):
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("eval:\n  directions: e2x\n  split: dev\n  system: {kind: copy-source}\n")
+    got = _eval(["--config", str(cfg), "--directions", "en-th"])
+    assert got["directions"] == "en-th" and got["split"] == "dev" and got["system"]["kind"] == "copy-source"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--eval.directon", "e2x"],
+            r"eval: unknown key\(s\) \['directon'\]; known keys are \[.*'directions'",
+        ),
+        (
+            ["--eval.system.hypdir", "h"],
+            r"eval.system: unknown key\(s\) \['hypdir'\]; known keys are \[.*'hyp_dir'",
+        ),
+        (["--split", "test"], r"eval.split: 'test' is not one of \['dev', 'devtest'\]"),
+        (["--system", "oracle"], r"eval.system.kind: 'oracle' matches none of"),
+        (["--max-sentences", "many"], r"eval.max_sentences: 'many' matches none of"),
+        (["--system", "hf-model"], r"eval.system.kind 'hf-model' needs eval.system.model_path"),
+        (["--workers", "-1"], r"eval.workers must be >= 0"),
+    ],
+)
+def test_a_bad_field_is_named(argv, message):
+    with pytest.raises(ValueError, match=message):
+        _eval(argv)
+
+
+def test_a_switch_alias_takes_no_value():
+    assert expand_flag_aliases(["--no-plots", "--out=x"], EVALUATE_FLAG_ALIASES) == [
+        "--eval.plots", "false", "--eval.out_dir=x",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="--no-plots is a switch"):
+        expand_flag_aliases(["--no-plots=1"], EVALUATE_FLAG_ALIASES)
+
+
+def test_the_quickstart_call_scores_rl_against_sft(tmp_path, capsys):
+    """examples/quickstart_cpu.sh stage 3 (its flags verbatim) writes what tools/quickstart_summary.py reads."""
+    for system, keep in (("rl", 3), ("sft", 2)):
+        hyps = tmp_path / f"hyps_{system}"
+        hyps.mkdir()
+        for d in ("en-th", "th-en"):
+            refs = load_flores(d.split("-")[1])[:6]
+            (hyps / f"{d}.txt").write_text(
+                "".join(r[: len(r) * keep // 4] + "\n" for r in refs), encoding="utf-8"
+            )
+    out = tmp_path / "eval_rl"
+    main([
+        "--hyp-dir", str(tmp_path / "hyps_rl"), "--name", "rl", "--baseline-hyp-dir", str(tmp_path / "hyps_sft"),
+        "--baseline-name", "sft", "--directions", "en-th,th-en", "--max-sentences", "6", "--out", str(out),
+        "--workers", "1", "--no-plots", "--bootstrap-samples", "50",
+    ])  # fmt: skip
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["system"] == "rl" and scores["bootstrap"]["baseline"] == "sft"
+    assert set(scores["groups"]["avg"]) == {"bleu", "chrf", "chrf++"}
+    assert (out / "bootstrap.md").is_file() and not list(out.glob("*.png"))
+    printed = capsys.readouterr().out
+    assert "| rl |" in printed and "Paired bootstrap: rl vs baseline sft" in printed
