@@ -14,6 +14,8 @@ real SGLang passes CUDA IPC handles, so only the ratio and the byte count carry 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
@@ -28,6 +30,9 @@ def _body(rank: int, world: int, args) -> None:
     from vepo_mcore.rollout.weight_sync import sync_weights
 
     torch.set_num_threads(args.threads)
+    if args.engine == "fake_sglang":  # the CPU fake is a test double: importing it registers the engine
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.support
+        import tests.support.fake_sglang  # noqa: F401
     cfg = JobConfig()
     m = cfg.model
     m.num_layers, m.hidden_size, m.ffn_hidden_size = args.layers, args.hidden, args.hidden * 3

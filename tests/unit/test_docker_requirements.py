@@ -102,7 +102,7 @@ def _image_pins() -> dict[str, Version]:
 
 
 def test_one_sglang_version_everywhere_and_the_image_torch_is_sglangs():
-    from vepo_mcore.rollout.fake_sglang import SGLANG_VERSION
+    from tests.support.fake_sglang import SGLANG_VERSION
 
     gpu_extra = _pins(_setup_extras()["gpu"])
     image = _image_pins()
@@ -119,7 +119,7 @@ def test_one_sglang_version_everywhere_and_the_image_torch_is_sglangs():
 
 
 def test_image_pins_satisfy_sglang_and_megatron_core_declared_requirements():
-    from vepo_mcore.rollout.fake_sglang import SGLANG_VERSION
+    from tests.support.fake_sglang import SGLANG_VERSION
 
     image = _image_pins()
     problems = _check_against(RECORDED[SGLANG_VERSION]["requires_dist"], image, f"sglang {SGLANG_VERSION}")
@@ -133,7 +133,7 @@ def test_image_pins_satisfy_sglang_and_megatron_core_declared_requirements():
 
 
 def test_image_pins_follow_the_cpu_lock_where_sglang_does_not_pin():
-    from vepo_mcore.rollout.fake_sglang import SGLANG_VERSION
+    from tests.support.fake_sglang import SGLANG_VERSION
 
     lock = {
         n: _pinned_version(r)

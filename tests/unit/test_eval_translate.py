@@ -4,33 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+import tests.support.fake_sglang  # noqa: F401  (registers the 'fake_sglang' rollout engine)
+from tests.support.reversing_engine import SOURCES, ReversingEngine
 from vepo_mcore.eval.translate import system_hypotheses, translate_direction, write_hypotheses
 from vepo_mcore.tokenizer.tokenizer import load_tokenizer
 from vepo_mcore.translation.directions import Direction
 from vepo_mcore.translation.prompts import format_prompt
 from vepo_mcore.translation.sample import Sample
-
-
-class ReversingEngine:
-    """Deterministic stand-in for a rollout engine: the 'translation' is the reversed source."""
-
-    def __init__(self, fail_after_batches: int | None = None):
-        self.calls: list[list[Sample]] = []
-        self.fail_after_batches = fail_after_batches
-
-    def generate(self, prompts: list[Sample], sampling) -> list[Sample]:
-        if self.fail_after_batches is not None and len(self.calls) >= self.fail_after_batches:
-            raise RuntimeError("engine died")
-        self.calls.append(prompts)
-        out = []
-        for p in prompts:
-            assert p.prompt.endswith("<|im_start|>assistant\n")
-            out.append(Sample(prompt=p.prompt, response=p.source[::-1] + "\nextra line", src_lang=p.src_lang,
-                              tgt_lang=p.tgt_lang, finish_reason="stop"))  # fmt: skip
-        return out
-
-
-SOURCES = [f"sentence number {i}" for i in range(10)]
 
 
 def test_prompt_is_chatml_from_the_template():
@@ -161,43 +141,3 @@ def test_hf_model_system_translates_through_the_fake_sglang_engine(tmp_path):
     ]
     assert (tmp_path / "out" / "hyps" / "en-th.txt").read_text(encoding="utf-8").splitlines() == expected
     assert any(expected)
-
-
-class CollectiveReversingEngine(ReversingEngine):
-    """As a model-parallel engine: every generate call is collective (here, a barrier)."""
-
-    def generate(self, prompts, sampling):
-        import torch.distributed as dist
-
-        dist.barrier()
-        return super().generate(prompts, sampling)
-
-
-def _two_ranks_share_a_cache(rank, world, cache):
-    from pathlib import Path
-
-    import torch.distributed as dist
-
-    tok, direction = load_tokenizer(), Direction("th", "en")
-    with pytest.raises(RuntimeError, match="engine died"):
-        translate_direction(
-            CollectiveReversingEngine(fail_after_batches=2), direction, SOURCES, tokenizer=tok, batch_size=3,
-            cache_dir=cache,
-        )  # fmt: skip
-    dist.barrier()
-    # Two finished batches, written once (by rank 0), so the resume's index check holds.
-    assert (Path(cache) / "th-en.partial.jsonl").read_text().count("\n") == 6
-    resumed = CollectiveReversingEngine()
-    hyps = translate_direction(resumed, direction, SOURCES, tokenizer=tok, batch_size=3, cache_dir=cache)
-    assert [s.source for batch in resumed.calls for s in batch] == SOURCES[6:]
-    assert hyps == [s[::-1] + " extra line" for s in SOURCES]
-    dist.barrier()  # rank 0 writes the final file after the others return
-    assert (Path(cache) / "th-en.txt").read_text(encoding="utf-8").count("\n") == len(SOURCES)
-
-
-@pytest.mark.dist
-def test_ranks_of_one_engine_share_the_cache_and_rank0_writes_it(tmp_path):
-    from vepo_mcore.parallel.launch import run_processes
-
-    run_processes(_two_ranks_share_a_cache, 2, args=(str(tmp_path),))
-    assert not (tmp_path / "th-en.partial.jsonl").exists()

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.support.threads import one_thread  # noqa: F401  (autouse)
-from vepo_mcore.rollout import fake_sglang
+from tests.support import fake_sglang
 from vepo_mcore.rollout.base import SamplingParams
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "data" / "sglang_signatures.json").read_text())

@@ -140,8 +140,9 @@ class RolloutConfig:
 
     engine: str = "embedded"
     """A registered rollout engine (vepo_mcore.rollout.register_engine): 'embedded' = in-process
-    Megatron sampler; 'sglang' = colocated sglang.Engine; 'fake_sglang' = its CPU stand-in for tests.
-    An unknown name fails when the engine is built, listing the known ones."""
+    Megatron sampler; 'sglang' = colocated sglang.Engine; tests register 'fake_sglang', its CPU
+    stand-in (tests/support/fake_sglang.py). An unknown name fails when the engine is built, listing
+    the known ones."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
     """Sampling parameters."""
     engine_tp: int = 1

@@ -172,7 +172,7 @@ def system_hypotheses(
 
 
 def engine_from_hf(hf_dir: str | Path, engine: str = "sglang", tokenizer=None):
-    """A rollout engine serving a Hugging Face Qwen2 directory: 'sglang' (GPU) or 'fake_sglang' (CPU, tiny models)."""
+    """A rollout engine serving a Hugging Face Qwen2 directory: 'sglang' (GPU), or any registered engine name."""
     from vepo_mcore.checkpoint.hf import model_config_from_hf, read_hf_config
     from vepo_mcore.config import JobConfig
     from vepo_mcore.rollout.base import build_engine

@@ -1,11 +1,12 @@
-"""Rollout engines: the interface (base.py), the embedded Megatron sampler, colocated SGLang (and its
-CPU fake), and the Megatron -> engine weight sync. Engines register by name; build one with
+"""Rollout engines: the interface (base.py), the embedded Megatron sampler, colocated SGLang (its CPU
+fake lives in tests/support and registers from there), and the Megatron -> engine weight sync.
+Engines register by name; build one with
 
     engine = build_engine(cfg, model=model, tokenizer=tok)     # cfg.rl.rollout.engine
 """
 
 # The built-in engines register when imported (sglang itself only when an engine starts).
-from vepo_mcore.rollout import embedded, fake_sglang, sglang_engine  # noqa: E402, F401, I001  (registration)
+from vepo_mcore.rollout import embedded, sglang_engine  # noqa: E402, F401, I001  (registration)
 from vepo_mcore.rollout.base import (
     RolloutEngine,
     SamplingParams,

@@ -152,7 +152,7 @@ def known_engines() -> list[str]:
 
 
 def build_engine(cfg, model=None, tokenizer=None, **kwargs) -> RolloutEngine:
-    """The engine named by cfg.rl.rollout.engine ('embedded', 'sglang', 'fake_sglang').
+    """The engine named by cfg.rl.rollout.engine ('embedded', 'sglang'; tests register 'fake_sglang').
 
     embedded needs `model` (this rank's GPTModel); the SGLang engines take `model_path` (an HF
     directory; default: a config-only directory written from cfg.model, weights arrive by sync).

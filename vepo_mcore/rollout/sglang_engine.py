@@ -1,6 +1,7 @@
-"""The colocated SGLang rollout engine (GPU path), and the same code driving the CPU fake in tests.
+"""The colocated SGLang rollout engine (GPU path), and the same code driving the CPU fake in tests
+(tests/support/fake_sglang.py registers 'fake_sglang': this SGLangEngine over a fake backend).
 
-    engine = build_engine(cfg)            # rl.rollout.engine: sglang | fake_sglang; released at once
+    engine = build_engine(cfg)            # rl.rollout.engine: sglang (tests: fake_sglang); released at once
     engine.wake(); sync_weights(engine, model, cfg); samples = engine.generate(prompts, sampling)
     engine.sleep()                        # give the GPU memory back to training
 
@@ -60,7 +61,6 @@ class SGLangBackend:
     patch_reductions: Callable[[], None]
     """sglang.srt.utils.patch_torch.monkey_patch_torch_reductions: CUDA IPC handles name the GPU by
     UUID, so an engine process with another CUDA_VISIBLE_DEVICES maps the right device."""
-    fake: bool = False
 
 
 def sglang_backend() -> SGLangBackend:

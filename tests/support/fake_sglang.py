@@ -1,6 +1,9 @@
 """A CPU test double of `sglang.Engine` that refuses what the pinned SGLang refuses, transformers inside.
 
-SGLang needs CUDA, so the SGLang backend (sglang_engine.py) is tested against this double. It mirrors
+SGLang needs CUDA, so the SGLang backend (vepo_mcore/rollout/sglang_engine.py) is tested against this
+double: importing this module registers the rollout engine 'fake_sglang', the package's own
+SGLangEngine over the fake's backend (tests and benchmarks/weight_sync.py import it; the package does
+not ship it). It mirrors
 the offline API of sglang 0.5.23 (python/sglang/srt/entrypoints/engine.py; SGLANG_VERSION below), the
 version setup.py's gpu extra and docker/Dockerfile pin; tests/unit/test_sglang_contract.py checks its
 signatures, server arguments and sampling keys against tests/data/sglang_signatures.json, recorded
@@ -538,12 +541,11 @@ def fake_backend(version: str = SGLANG_VERSION) -> SGLangBackend:
     if version not in FAKE_ENGINES:
         raise ValueError(f"no fake of sglang {version}; faked versions: {sorted(FAKE_ENGINES)}")
     return SGLangBackend(
-        FAKE_ENGINES[version], FlattenedTensorBucket, MultiprocessingSerializer, monkey_patch_torch_reductions,
-        fake=True,
-    )  # fmt: skip
+        FAKE_ENGINES[version], FlattenedTensorBucket, MultiprocessingSerializer, monkey_patch_torch_reductions
+    )
 
 
-@register_engine("fake_sglang")
+@register_engine("fake_sglang")  # the registry line: the real engine class over the fake backend
 def _build_fake_sglang(cfg, model=None, tokenizer=None, **kwargs) -> SGLangEngine:
     return SGLangEngine(cfg, fake_backend(), tokenizer=tokenizer, name="fake_sglang", **kwargs)
 
