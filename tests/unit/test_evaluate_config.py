@@ -117,3 +117,9 @@ def test_the_quickstart_call_scores_rl_against_sft(tmp_path, capsys):
     assert (out / "bootstrap.md").is_file() and not list(out.glob("*.png"))
     printed = capsys.readouterr().out
     assert "| rl |" in printed and "Paired bootstrap: rl vs baseline sft" in printed
+
+
+def test_dry_run_prints_the_eval_section(capsys):
+    assert main(["--dry-run", "--directions", "e2x", "--eval.system.kind", "copy-source"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("eval:\n  directions: e2x\n") and "kind: copy-source" in printed

@@ -68,20 +68,15 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
         raise ValueError(f"{path}: expected true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise ValueError(f"{path}: expected an integer, got {value!r}")
+    if tp in (int, float):
+        # an int field takes no float (1.5 would truncate silently); YAML may give either as a string
+        expected, accepted = ("an integer", (int, str)) if tp is int else ("a number", (int, float, str))
+        if isinstance(value, bool) or not isinstance(value, accepted):
+            raise ValueError(f"{path}: expected {expected}, got {value!r}")
         try:
-            return int(value)
+            return tp(value)
         except ValueError:
-            raise ValueError(f"{path}: expected an integer, got {value!r}") from None
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ValueError(f"{path}: expected a number, got {value!r}")
-        try:
-            return float(value)
-        except ValueError:
-            raise ValueError(f"{path}: expected a number, got {value!r}") from None
+            raise ValueError(f"{path}: expected {expected}, got {value!r}") from None
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ValueError(f"{path}: expected a string, got {value!r}")
