@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from vepo_mcore.config.job import JobConfig
+from vepo_mcore.models.fp8 import check_fp8_shapes
 from vepo_mcore.models.vocab import padded_vocab_size
 from vepo_mcore.parallel.device import has_cuda
 
@@ -53,6 +54,7 @@ def transformer_config(cfg: JobConfig):
     if m.fp8.format is not None:
         if not te:
             raise ValueError("model.fp8.format needs Transformer Engine on a GPU (model.transformer_impl)")
+        check_fp8_shapes(cfg)
         fp8 = dict(
             fp8=m.fp8.format,
             fp8_recipe=m.fp8.recipe,

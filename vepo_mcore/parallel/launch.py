@@ -4,14 +4,17 @@
     run_processes(body, world_size=2, args=(x,))
 
 Each worker joins a fresh process group on 127.0.0.1 with a free port and tears it down at
-the end; an exception in any worker fails the call with that worker's traceback.
+the end; an exception in any worker fails the call with that worker's traceback. The workers are
+CPU processes on gloo: on a CUDA host they start with CUDA_VISIBLE_DEVICES="" so that N of them do
+not all build their models on GPU 0 (the GPU paths have their own tests, tests/gpu).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch.multiprocessing as mp
@@ -39,19 +42,35 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, er
         destroy()
 
 
+@contextlib.contextmanager
+def hidden_gpus() -> Iterator[None]:
+    """CUDA_VISIBLE_DEVICES="" for processes spawned inside the block (children read the parent's
+    environment when they start; CUDA reads the variable once, at its first use), restored after."""
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = previous
+
+
 def run_processes(fn: Callable[..., Any], world_size: int, args: tuple = ()) -> None:
-    """Spawn `world_size` processes running `fn(rank, world_size, *args)` on a gloo group."""
+    """Spawn `world_size` CPU processes running `fn(rank, world_size, *args)` on a gloo group."""
     ctx = mp.get_context("spawn")
     errors = ctx.SimpleQueue()
     port = free_port()
     try:
-        mp.start_processes(
-            _worker,
-            args=(world_size, port, fn, args, errors),
-            nprocs=world_size,
-            join=True,
-            start_method="spawn",
-        )
+        with hidden_gpus():
+            mp.start_processes(
+                _worker,
+                args=(world_size, port, fn, args, errors),
+                nprocs=world_size,
+                join=True,
+                start_method="spawn",
+            )
     except Exception as exc:
         details = []
         while not errors.empty():

@@ -27,14 +27,18 @@ from vepo_mcore.training.pipeline import broadcast_from_last_stage, forward_back
 from vepo_mcore.translation.sample import Sample
 
 
-def make_experience(samples: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
-    """Samples -> tokens/labels/position_ids/loss_mask [B, S], rewards/group_ids/response_lengths [B]."""
+def make_experience(samples: list[Sample], pad_id: int, multiple: int = 1) -> dict[str, torch.Tensor]:
+    """Samples -> tokens/labels/position_ids/loss_mask [B, S], rewards/group_ids/response_lengths [B].
+
+    S is the longest prompt + response minus one, rounded up to `multiple` (FP8 needs 16:
+    vepo_mcore.models.fp8.token_multiple); the padding is masked out of the loss."""
     if not samples:
         raise ValueError("make_experience needs at least one sample")
     seqs = [list(s.prompt_ids) + list(s.response_ids) for s in samples]
     width = max(len(seq) for seq in seqs) - 1
     if width < 1:
         raise ValueError("every sample needs a prompt and a response of at least one token in total")
+    width = -(-width // multiple) * multiple
     tokens = torch.full((len(seqs), width + 1), pad_id, dtype=torch.long)
     mask = torch.zeros(len(seqs), width)
     for i, (seq, s) in enumerate(zip(seqs, samples)):
