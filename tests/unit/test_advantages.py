@@ -118,14 +118,6 @@ def test_dynamic_sampling_keep_and_overlong_penalty():
         A.overlong_penalty(torch.tensor([1]), max_length=4, buffer=0)
 
 
-def test_sequence_rewards_with_kl():
-    old = torch.tensor([[-1.0, -2.0], [-0.5, -0.5]])
-    ref = torch.tensor([[-1.5, -2.0], [-0.5, -1.5]])
-    mask = torch.tensor([[1, 1], [1, 0]], dtype=torch.bool)
-    out = A.sequence_rewards_with_kl(torch.tensor([1.0, 1.0]), old, ref, mask, "k1", 0.1)
-    torch.testing.assert_close(out, torch.tensor([1.0 - 0.1 * 0.5, 1.0]))
-
-
 def test_a_group_of_one_response_gets_advantage_zero():
     """SPEC section 4: no baseline, no group-relative signal (verl would keep the raw score)."""
     from vepo_mcore.rl.advantages import group_normalized_advantages, rloo_advantages

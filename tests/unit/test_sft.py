@@ -13,7 +13,6 @@ import torch
 from vepo_mcore.config.data import SFTPhaseConfig
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.data.sft import (
-    CurriculumIterator,
     block_causal_mask,
     build_sft_datasets,
     cu_seqlens,
@@ -211,28 +210,6 @@ def test_curriculum_runs_phases_in_order_with_5_to_1_mixing(sft_files):
     sample = curriculum[0]
     assert sample["attention_mask"].shape == (1, 256, 256)
     assert torch.equal(sample["attention_mask"], block_causal_mask(sample["segment_ids"]))
-
-
-def test_curriculum_iterator_resumes_exactly_and_splits_dp(sft_files):
-    curriculum = build_sft_datasets(sft_config(sft_files, num_samples=24, seq_length=128))
-    straight = CurriculumIterator(curriculum, micro_batch_size=2)
-    batches = [next(straight) for _ in range(5)]
-    first = CurriculumIterator(curriculum, micro_batch_size=2)
-    for _ in range(3):
-        next(first)
-    resumed = CurriculumIterator(curriculum, micro_batch_size=2)
-    resumed.load_state_dict(first.state_dict())
-    for expected in batches[3:]:
-        got = next(resumed)
-        assert all(torch.equal(got[k], expected[k]) for k in expected)
-    # Two DP ranks with micro-batch 1 read the same samples as one rank with micro-batch 2.
-    ranks = [CurriculumIterator(curriculum, 1, dp_rank=r, dp_size=2) for r in range(2)]
-    for expected in batches[:2]:
-        got = torch.cat([next(r)["tokens"] for r in ranks])
-        assert torch.equal(got, expected["tokens"])
-    # The iterator ends with the curriculum.
-    steps = sum(1 for _ in CurriculumIterator(curriculum, 2))
-    assert steps == len(curriculum) // 2
 
 
 def test_same_config_gives_same_samples_and_phases_validate(sft_files):

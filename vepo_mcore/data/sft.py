@@ -25,7 +25,6 @@ number (consumed samples), so resuming is exact.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -337,44 +336,6 @@ class SFTCurriculum(torch.utils.data.Dataset):
         k, _ = self.phase_of(idx)
         start = int(self.boundaries[k - 1]) if k else 0
         return self.phases[k][idx - start]
-
-
-class CurriculumIterator:
-    """Micro-batches of one DP rank through the curriculum, resumable from a global sample position.
-
-    Global batch g holds samples [g * GBS, (g + 1) * GBS); each micro-batch step consumes
-    micro_batch_size * dp_size samples of which rank r takes the r-th slice (the layout of
-    training/sampler.py). Ends after the last full step of the last phase.
-    """
-
-    def __init__(self, curriculum: SFTCurriculum, micro_batch_size: int, dp_rank: int = 0, dp_size: int = 1):
-        self.curriculum = curriculum
-        self.micro_batch_size = micro_batch_size
-        self.dp_rank, self.dp_size = dp_rank, dp_size
-        self.consumed_samples = 0
-
-    def state_dict(self) -> dict:
-        return {"consumed_samples": self.consumed_samples}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.consumed_samples = int(state["consumed_samples"])
-
-    @property
-    def phase(self) -> tuple[int, str]:
-        """The phase the next micro-batch comes from."""
-        return self.curriculum.phase_of(min(self.consumed_samples, len(self.curriculum) - 1))
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        return self
-
-    def __next__(self) -> dict[str, torch.Tensor]:
-        step = self.micro_batch_size * self.dp_size
-        if self.consumed_samples + step > len(self.curriculum):
-            raise StopIteration
-        start = self.consumed_samples + self.dp_rank * self.micro_batch_size
-        samples = [self.curriculum[start + i] for i in range(self.micro_batch_size)]
-        self.consumed_samples += step
-        return {key: torch.stack([s[key] for s in samples]) for key in samples[0]}
 
 
 def build_sft_datasets(cfg: JobConfig) -> SFTCurriculum:

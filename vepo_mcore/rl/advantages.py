@@ -196,19 +196,6 @@ def kl_penalty(
     return _masked(coef * kl_estimate(estimator, old_logp.detach(), ref_logp.detach()), mask)
 
 
-def sequence_rewards_with_kl(
-    rewards: torch.Tensor,
-    old_logp: torch.Tensor,
-    ref_logp: torch.Tensor,
-    mask: torch.Tensor,
-    estimator: str,
-    coef: float,
-) -> torch.Tensor:
-    """Sequence reward minus the summed per-token KL penalty, [B] (rewards [B, T] are summed first)."""
-    seq = rewards if rewards.dim() == 1 else _masked(rewards, mask).sum(1)
-    return seq.to(torch.float32) - kl_penalty(old_logp, ref_logp, mask, estimator, coef).sum(1)
-
-
 def dynamic_sampling_keep(rewards: torch.Tensor, group_ids: torch.Tensor | None) -> torch.Tensor:
     """DAPO dynamic sampling: [B] bool, True for responses whose group's rewards are not all equal."""
     r = rewards.detach().to(torch.float32)
