@@ -7,10 +7,12 @@ init_model_parallel(cfg.parallel, seed=1234)   # megatron.core parallel_state + 
 from __future__ import annotations
 
 import os
+import random
 import socket
 import warnings
 from datetime import timedelta
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -61,7 +63,14 @@ def init_distributed(
 
 
 def init_model_parallel(pcfg: ParallelConfig, seed: int = 1234) -> None:
-    """Create megatron.core's TP/PP/CP/DP groups and seed its model-parallel RNG tracker."""
+    """Create megatron.core's TP/PP/CP/DP groups and seed every RNG a checkpoint saves: python's
+    `random`, numpy's global state, torch (CPU and CUDA) and megatron's RNG tracker.
+
+    Unseeded, python and numpy start from OS entropy in every process, and so does torch's CPU
+    generator, which the tracker snapshots on CPU (the shim makes torch.cuda.manual_seed a no-op):
+    then no two runs, and no run and its resumed copy, end in the same RNG states. Every rank gets
+    the same seed, as a checkpoint hands one RNG state per model-parallel rank to all its DP replicas.
+    """
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
@@ -79,8 +88,10 @@ def init_model_parallel(pcfg: ParallelConfig, seed: int = 1234) -> None:
         context_parallel_size=pcfg.context_parallel_size,
         distributed_timeout_minutes=pcfg.distributed_timeout_minutes,
     )
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # first: on CPU the tracker snapshots this generator for each of its streams
     model_parallel_cuda_manual_seed(seed)
-    torch.manual_seed(seed)
 
 
 def destroy() -> None:
