@@ -123,3 +123,33 @@ def test_dry_run_prints_the_eval_section(capsys):
     assert main(["--dry-run", "--directions", "e2x", "--eval.system.kind", "copy-source"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("eval:\n  directions: e2x\n") and "kind: copy-source" in printed
+
+
+def test_a_checkpoint_system_is_translated_then_scored_as_its_hyps(tmp_path, monkeypatch):
+    """The wiring of --checkpoint (the translation itself runs in tests/dist/test_gpu_paths.py):
+    translate_checkpoint gets the eval fields and writes OUT/hyps, rank 0 scores them under the
+    checkpoint's name."""
+    import torch.distributed as dist
+
+    import vepo_mcore.eval.generate as generate
+    import vepo_mcore.parallel as parallel
+
+    calls = []
+
+    def translate(checkpoint, out_dir, directions, split, max_sentences, max_new_tokens, batch_size):
+        calls.append((checkpoint, directions, split, max_sentences, max_new_tokens, batch_size))
+        for d in directions.split(","):
+            lines = load_flores(d.split("-")[1], split)[:max_sentences]
+            (tmp_path / "hyps").mkdir(exist_ok=True)
+            (tmp_path / "hyps" / f"{d}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+
+    monkeypatch.setattr(generate, "translate_checkpoint", translate)
+    monkeypatch.setattr(parallel, "init_distributed", lambda: None)
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    main([
+        "--checkpoint", str(tmp_path / "rl_step9"), "--directions", "en-th", "--max-sentences", "4",
+        "--max-new-tokens", "16", "--out", str(tmp_path), "--workers", "1", "--no-plots",
+    ])  # fmt: skip
+    assert calls == [(str(tmp_path / "rl_step9"), "en-th", "devtest", 4, 16, 64)]
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores["system"] == "rl_step9" and scores["groups"]["avg"]["bleu"] == pytest.approx(100.0)
