@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from vepo_mcore.config.job import JobConfig
+from vepo_mcore.models.fp8 import token_multiple
 from vepo_mcore.parallel.device import device
 from vepo_mcore.rewards.rlvr import rlvr_reward
 from vepo_mcore.rl import experience as xp
@@ -172,7 +173,10 @@ class RLTrainer:
         cfg, loss = self.cfg, self.cfg.rl.loss
         # On the compute device from here on: the forward passes, NCCL's all-reduce of the
         # advantage statistics and the pipeline broadcasts all need device tensors.
-        exp = {k: v.to(device()) for k, v in xp.make_experience(samples, self.tokenizer.pad_id).items()}
+        multiple = token_multiple(cfg)  # FP8 GEMMs need whole multiples of 16 tokens
+        exp = {
+            k: v.to(device()) for k, v in xp.make_experience(samples, self.tokenizer.pad_id, multiple).items()
+        }
         exp["max_response_length"] = cfg.rl.rollout.sampling.max_new_tokens
         mbs = cfg.training.micro_batch_size
         args = (mbs, loss, cfg.model.vocab_size)  # log-probs and entropy as the loss reads them
