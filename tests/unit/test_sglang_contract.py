@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.threads import one_thread  # noqa: F401  (autouse)
 from tests.support import fake_sglang
+from tests.support.threads import one_thread  # noqa: F401  (autouse)
 from vepo_mcore.rollout.base import SamplingParams
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "data" / "sglang_signatures.json").read_text())
