@@ -3,13 +3,19 @@
     engine = EmbeddedEngine(model, cfg, tokenizer)      # this rank's TP/PP stage of the policy
     samples = engine.generate(prompt_samples, sampling)  # collective over the model-parallel group
 
-KV cache: megatron.core's StaticInferenceContext (the cache its attention layers fill in place).
-Prompts of one batch are left-padded to the longest; an explicit [b, 1, q, k] mask hides the
-padding keys. RoPE depends only on relative positions, so the shift the padding causes does not
-change attention scores. Every step the last stage gathers the vocab-parallel logits, drops the
-padding columns (>= the real vocab), samples with a seeded torch.Generator and broadcasts the
-tokens (and their log-probs) to all TP ranks and pipeline stages, so every rank returns the
-same samples. PP > 1 passes hidden states between stages with send/recv, like training.
+Prompts of one batch are left-padded to the longest and the padding keys are masked; RoPE depends
+only on relative positions, so the shift the padding causes does not change attention scores.
+Two decoders run the same model:
+  * at TP=1, PP=1 on megatron's local layer spec (the CPU runs: quickstart, toy recipe), the
+    static-cache decoder (static_decode.py): the model's own parameter tensors, a preallocated KV
+    cache, last-position logits over the real vocabulary; ~1.5-2x transformers' `generate` on CPU
+    (benchmarks/embedded_generate.py), where megatron's inference forward was slower than it;
+  * everywhere else megatron's inference forward with its StaticInferenceContext (an explicit
+    [b, 1, q, k] mask hides the padding keys; PP > 1 passes hidden states between stages with
+    send/recv, like training).
+Every step the last stage samples with a seeded torch.Generator (inverse CDF, base.sample_next)
+and broadcasts the tokens and their log-probs to all TP ranks and pipeline stages, so every rank
+returns the same samples.
 
 The padding mask is honoured by megatron's local (unfused) attention, the CPU layer spec. Transformer
 Engine ignores explicit masks when decoding, so with TE layers only prompts of equal length share a
@@ -32,6 +38,7 @@ from vepo_mcore.rollout.base import (
     register_engine,
     sample_next,
 )
+from vepo_mcore.rollout.static_decode import StaticCacheDecoder, unsupported_reason
 from vepo_mcore.translation.sample import Sample
 
 
@@ -62,6 +69,8 @@ class EmbeddedEngine:
         from vepo_mcore.models.builder import use_transformer_engine
 
         self.equal_length_batches = use_transformer_engine(cfg)
+        self.static_cache_decoder = True
+        """Decode with StaticCacheDecoder where it applies (False: always megatron's forward)."""
 
     # ------------------------------------------------------------------ interface
 
@@ -153,51 +162,37 @@ class EmbeddedEngine:
     def _generate_batch(
         self, prompt_ids: list[list[int]], sampling: SamplingParams, generator: torch.Generator
     ) -> tuple[list[list[int]], list[list[float]], list[str]]:
-        from megatron.core.inference.contexts import StaticInferenceContext
-
         b = len(prompt_ids)
         prompt_len = max(len(p) for p in prompt_ids)
         total = prompt_len + sampling.max_new_tokens
         tokens = torch.full((b, prompt_len), self.pad_id, dtype=torch.long)
-        is_pad = torch.ones(b, total, dtype=torch.bool)
+        key_valid = torch.zeros(b, total, dtype=torch.bool)
         for i, ids in enumerate(prompt_ids):
             tokens[i, prompt_len - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            is_pad[i, prompt_len - len(ids) :] = False
-        dev = _model_device(self.model)
-        ctx = StaticInferenceContext(b, total)
-        self._context = ctx
+            key_valid[i, prompt_len - len(ids) :] = True
         stops = torch.tensor(sampling.stop_token_ids or [-1], dtype=torch.long)
         out_tokens = torch.zeros(b, sampling.max_new_tokens, dtype=torch.long)
         out_logprobs = torch.zeros(b, sampling.max_new_tokens, dtype=torch.float32)
         lengths = torch.full((b,), sampling.max_new_tokens, dtype=torch.long)
         done = torch.zeros(b, dtype=torch.bool)
-        causal = torch.triu(torch.ones(prompt_len, prompt_len, dtype=torch.bool), diagonal=1)
-        padded = bool(is_pad[:, :prompt_len].any())
-        # Without padding megatron's own causal (prefill) / no-mask (decode) handling is exact.
-        mask = causal[None, None] | is_pad[:, None, None, :prompt_len] if padded else None
-        step_input = tokens
+        pad = torch.full((b,), self.pad_id, dtype=torch.long)
         steps = 0
         with torch.inference_mode(), _without_cpu_shim_mode():
+            decoder = self._decoder()
+            self._context = decoder
+            logits = decoder.prefill(tokens, key_valid, total)
             for step in range(sampling.max_new_tokens):
-                positions = torch.arange(
-                    ctx.sequence_len_offset, ctx.sequence_len_offset + step_input.shape[1]
-                )
-                positions = positions.unsqueeze(0).expand(b, -1)
-                logits = self._forward(step_input.to(dev), positions.to(dev), _to(mask, dev), ctx)
-                ctx.increment_sequence_len_offset(step_input.shape[1])
-                ctx.enable_decode_mode()
-                next_tokens, logprobs = self._sample(logits, sampling, generator)
-                next_tokens = torch.where(done, torch.full_like(next_tokens, self.pad_id), next_tokens)
+                next_tokens, logprobs = self._sample(logits, b, sampling, generator)
+                next_tokens = torch.where(done, pad, next_tokens)
                 out_tokens[:, step] = next_tokens
                 out_logprobs[:, step] = logprobs
                 hit_stop = torch.isin(next_tokens, stops) & ~done
-                lengths = torch.where(hit_stop, torch.full_like(lengths, step + 1), lengths)
+                lengths.masked_fill_(hit_stop, step + 1)
                 done |= hit_stop
                 steps = step + 1
-                if bool(done.all()):
+                if steps == sampling.max_new_tokens or bool(done.all()):
                     break
-                step_input = next_tokens.unsqueeze(1)
-                mask = is_pad[:, None, None, : ctx.sequence_len_offset + 1] if padded else None
+                logits = decoder.decode(next_tokens)
         responses, logps, reasons = [], [], []
         for i in range(b):
             n = int(min(lengths[i], steps))
@@ -206,58 +201,101 @@ class EmbeddedEngine:
             reasons.append("stop" if bool(done[i]) else "length")
         return responses, logps, reasons
 
-    def _forward(self, tokens, positions, mask, ctx) -> torch.Tensor | None:
-        """One step through this rank's stage; full-vocab last-token logits [b, V_pad] on the last stage."""
-        from megatron.core import parallel_state
+    def _decoder(self) -> StaticCacheDecoder | _MegatronDecoder:
+        """The static-cache decoder where it computes this model exactly (TP=1, PP=1, megatron's
+        local layer spec: the CPU runs); megatron's own inference forward everywhere else."""
+        if self.static_cache_decoder and unsupported_reason(self.model) is None:
+            return StaticCacheDecoder(self.model, self.vocab_size)
+        return _MegatronDecoder(self.model)
 
-        model = self.model
-        first = parallel_state.is_pipeline_first_stage()
-        last = parallel_state.is_pipeline_last_stage()
-        b, s = tokens.shape
-        if not first:
-            hidden = torch.empty(
-                s, b, model.config.hidden_size, dtype=model.config.params_dtype, device=tokens.device
-            )
-            dist.recv(hidden, src=parallel_state.get_pipeline_model_parallel_prev_rank())
-            model.set_input_tensor(hidden)
-        # megatron gathers the vocab-parallel logits itself in inference mode (it insists on it).
-        out = model(tokens, positions, mask, inference_context=ctx, runtime_gather_output=True)
-        if not last:
-            dist.send(out.contiguous(), dst=parallel_state.get_pipeline_model_parallel_next_rank())
-            return None
-        # [b, 1, V_pad] (the context keeps only the last position's logits) -> [b, V_pad]
-        return out[:, -1, :]
-
-    def _sample(self, logits, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(
+        self, logits: torch.Tensor | None, b: int, sampling: SamplingParams, generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample on the last stage's TP rank 0, then broadcast (tokens, log-probs) to every rank."""
         from megatron.core import parallel_state
 
-        b = self._context.max_batch_size
+        tp = parallel_state.get_tensor_model_parallel_world_size()
+        pp = parallel_state.get_pipeline_model_parallel_world_size()
+        if tp == 1 and pp == 1:  # nothing to share: no packing, no collectives on the hot path
+            return sample_next(logits[:, : self.vocab_size].cpu(), sampling, generator)
         packed = torch.zeros(2, b, dtype=torch.float64)
         if logits is not None and parallel_state.get_tensor_model_parallel_rank() == 0:
             tokens, logprobs = sample_next(logits[:, : self.vocab_size].float().cpu(), sampling, generator)
             packed[0], packed[1] = tokens.double(), logprobs.double()
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            dev = _comm_device()
-            packed = packed.to(dev)
-            if parallel_state.is_pipeline_last_stage():
-                dist.broadcast(
-                    packed,
-                    src=parallel_state.get_tensor_model_parallel_src_rank(),
-                    group=parallel_state.get_tensor_model_parallel_group(),
-                )
-            if parallel_state.get_pipeline_model_parallel_world_size() > 1:
-                dist.broadcast(
-                    packed,
-                    src=parallel_state.get_pipeline_model_parallel_last_rank(),
-                    group=parallel_state.get_pipeline_model_parallel_group(),
-                )
-            packed = packed.cpu()
+        dev = _comm_device()
+        packed = packed.to(dev)
+        if parallel_state.is_pipeline_last_stage() and tp > 1:
+            dist.broadcast(
+                packed,
+                src=parallel_state.get_tensor_model_parallel_src_rank(),
+                group=parallel_state.get_tensor_model_parallel_group(),
+            )
+        if pp > 1:
+            dist.broadcast(
+                packed,
+                src=parallel_state.get_pipeline_model_parallel_last_rank(),
+                group=parallel_state.get_pipeline_model_parallel_group(),
+            )
+        packed = packed.cpu()
         return packed[0].long(), packed[1].float()
 
 
-def _to(mask: torch.Tensor | None, dev: torch.device) -> torch.Tensor | None:
-    return None if mask is None else mask.to(dev)
+class _MegatronDecoder:
+    """megatron's inference forward with its StaticInferenceContext (any TP/PP, TE layers included).
+
+    Prompts of one batch are left-padded to the longest; an explicit [b, 1, q, k] mask hides the
+    padding keys. PP > 1 passes hidden states between stages with send/recv, like training.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.dev = _model_device(model)
+
+    def prefill(self, tokens: torch.Tensor, key_valid: torch.Tensor, total: int) -> torch.Tensor | None:
+        from megatron.core.inference.contexts import StaticInferenceContext
+
+        b, s = tokens.shape
+        self.ctx = StaticInferenceContext(b, total)
+        self.is_pad = ~key_valid
+        self.padded = bool(self.is_pad[:, :s].any())
+        causal = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
+        # Without padding megatron's own causal (prefill) / no-mask (decode) handling is exact.
+        mask = causal[None, None] | self.is_pad[:, None, None, :s] if self.padded else None
+        return self._forward(tokens, mask)
+
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        mask = self.is_pad[:, None, None, : self.ctx.sequence_len_offset + 1] if self.padded else None
+        return self._forward(tokens.unsqueeze(1), mask)
+
+    def _forward(self, tokens: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """One step through this rank's stage; full-vocab last-token logits [b, V_pad] on the last stage."""
+        from megatron.core import parallel_state
+
+        model, ctx = self.model, self.ctx
+        b, s = tokens.shape
+        offset = ctx.sequence_len_offset
+        positions = torch.arange(offset, offset + s).unsqueeze(0).expand(b, -1)
+        if not parallel_state.is_pipeline_first_stage():
+            hidden = torch.empty(
+                s, b, model.config.hidden_size, dtype=model.config.params_dtype, device=self.dev
+            )
+            dist.recv(hidden, src=parallel_state.get_pipeline_model_parallel_prev_rank())
+            model.set_input_tensor(hidden)
+        # megatron gathers the vocab-parallel logits itself in inference mode (it insists on it).
+        out = model(
+            tokens.to(self.dev),
+            positions.to(self.dev),
+            None if mask is None else mask.to(self.dev),
+            inference_context=ctx,
+            runtime_gather_output=True,
+        )
+        ctx.increment_sequence_len_offset(s)
+        ctx.enable_decode_mode()
+        if not parallel_state.is_pipeline_last_stage():
+            dist.send(out.contiguous(), dst=parallel_state.get_pipeline_model_parallel_next_rank())
+            return None
+        # [b, 1, V_pad] (the context keeps only the last position's logits) -> [b, V_pad]
+        return out[:, -1, :]
 
 
 @contextlib.contextmanager
