@@ -81,6 +81,7 @@ def _rl_micro_batches():
     import math
 
     from tests.dist.model_utils import VOCAB, batch
+    from vepo_mcore.rl.experience import Experience
 
     out = []
     for seed in (11, 12):
@@ -89,14 +90,17 @@ def _rl_micro_batches():
         mask = torch.zeros(2, 16, dtype=torch.bool)
         mask[0, 8:] = True
         mask[1, 8:13] = True  # a shorter response
-        b.update(
+        exp = Experience(
+            **b,
+            position_ids=torch.arange(16).expand(2, 16),
             loss_mask=mask,
             old_logp=-math.log(VOCAB) + 0.3 * torch.randn(2, 16, generator=g),
             ref_logp=-math.log(VOCAB) + 0.3 * torch.randn(2, 16, generator=g),
             rewards=torch.randn(2, generator=g),
             group_ids=torch.tensor([seed, seed]),
+            response_lengths=mask.sum(1),
         )
-        out.append(b)
+        out.append(exp)
     return out
 
 

@@ -53,8 +53,8 @@ def test_rl_experience_pads_to_the_multiple_and_masks_the_padding():
     samples = [Sample(prompt_ids=[1, 2, 3], response_ids=[4, 5]), Sample(prompt_ids=[1, 2], response_ids=[6])]
     plain = make_experience(samples, pad_id=0)
     padded = make_experience(samples, pad_id=0, multiple=16)
-    assert plain["tokens"].shape == (2, 4) and padded["tokens"].shape == (2, 16)
+    assert plain.tokens.shape == (2, 4) and padded.tokens.shape == (2, 16)
     for key in ("tokens", "labels", "loss_mask"):
-        assert torch.equal(padded[key][:, :4], plain[key])
-    assert padded["loss_mask"][:, 4:].sum() == 0 and padded["loss_mask"].sum() == plain["loss_mask"].sum()
-    assert torch.equal(padded["position_ids"][0], torch.arange(16))
+        assert torch.equal(getattr(padded, key)[:, :4], getattr(plain, key))
+    assert padded.loss_mask[:, 4:].sum() == 0 and padded.loss_mask.sum() == plain.loss_mask.sum()
+    assert torch.equal(padded.position_ids[0], torch.arange(16))

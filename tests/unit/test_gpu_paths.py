@@ -15,22 +15,26 @@ import torch
 import torch.fx.experimental._config as fx_config
 
 from vepo_mcore.config.rl import LossConfig
+from vepo_mcore.rl.experience import Experience
 
 META = torch.device("meta")
 
 
-def _critic_micro(device, b: int = 2, s: int = 5) -> dict:
+def _critic_micro(device, b: int = 2, s: int = 5) -> Experience:
     g = torch.Generator().manual_seed(0)
     mask = torch.ones(b, s)
     mask[0, :2] = 0
-    return {
-        "tokens": torch.zeros(b, s, dtype=torch.long).to(device),
-        "position_ids": torch.arange(s).expand(b, s).to(device),
-        "loss_mask": mask.to(device),
-        "old_values": torch.randn(b, s, generator=g).to(device),
-        "returns": torch.randn(b, s, generator=g).to(device),
-        "response_lengths": torch.tensor([3, 5]).to(device),
-    }
+    return Experience(
+        tokens=torch.zeros(b, s, dtype=torch.long),
+        labels=torch.zeros(b, s, dtype=torch.long),
+        position_ids=torch.arange(s).expand(b, s),
+        loss_mask=mask,
+        rewards=torch.zeros(b),
+        group_ids=torch.zeros(b, dtype=torch.long),
+        old_values=torch.randn(b, s, generator=g),
+        returns=torch.randn(b, s, generator=g),
+        response_lengths=torch.tensor([3, 5]),
+    ).to(device)
 
 
 @pytest.mark.parametrize("agg", ["tokens", "seq_mean", "global_tokens"])
@@ -57,8 +61,8 @@ def test_critic_loss_func_values_on_cpu_match_a_float64_reference():
         iter([micro]), lambda *a: values, loss_cfg=LossConfig(loss_agg="tokens")
     )
     loss, num_tokens, report = loss_func(values)
-    v, old, ret = values[..., 0].double(), micro["old_values"].double(), micro["returns"].double()
-    m = micro["loss_mask"].double()
+    v, old, ret = values[..., 0].double(), micro.old_values.double(), micro.returns.double()
+    m = micro.loss_mask.double()
     clipped = old + (v - old).clamp(-clip, clip)
     ref = (0.5 * torch.maximum((v - ret) ** 2, (clipped - ret) ** 2) * m).sum() / m.sum()
     assert loss.item() == pytest.approx(ref.item(), rel=1e-6)
@@ -85,35 +89,36 @@ def test_logprob_mismatch_value_on_cpu():
     assert out.item() == pytest.approx((0.5 + 0.0 + 1.0) / 3)
 
 
-def test_rl_forward_step_default_positions_follow_the_tokens():
-    """rl_forward_step builds default positions on the tokens' device (meta here)."""
+def test_rl_forward_step_reads_the_experience_record():
+    """rl_forward_step hands the model the micro-batch's tokens, positions and response mask."""
     from vepo_mcore.rl.losses.loss_func import rl_forward_step
 
     seen = {}
 
     def model(tokens, positions, mask, output_mask):
-        seen["positions"] = positions
-        return torch.empty(1, 6, 8, device=tokens.device)
+        seen.update(positions=positions, output_mask=output_mask)
+        return torch.empty(1, 10, 8, device=tokens.device)
 
-    micro = {
-        "tokens": torch.zeros(2, 3, dtype=torch.long, device=META),
-        "loss_mask": torch.ones(2, 3, dtype=torch.bool, device=META),
-    }
+    micro = _rl_micro(META)
     rl_forward_step(iter([micro]), model, cfg=LossConfig(), kl=None, vocab_size=8)
-    assert seen["positions"].device == META
+    assert seen["positions"] is micro.position_ids
+    assert seen["output_mask"].device == META and seen["output_mask"].dtype == torch.bool
 
 
-def _rl_micro(device, b: int = 2, s: int = 5) -> dict:
+def _rl_micro(device, b: int = 2, s: int = 5) -> Experience:
     zeros = partial(torch.zeros, device=device)
-    return {
-        "tokens": zeros(b, s, dtype=torch.long),
-        "labels": zeros(b, s, dtype=torch.long),
-        "loss_mask": torch.ones(b, s, device=device),
+    return Experience(
+        tokens=zeros(b, s, dtype=torch.long),
+        labels=zeros(b, s, dtype=torch.long),
+        position_ids=zeros(b, s, dtype=torch.long),
+        loss_mask=torch.ones(b, s, device=device),
         **{k: zeros(b, s) for k in ("old_logp", "ref_logp", "advantages", "old_values", "returns")},
-        "rewards": zeros(b),
-        "response_lengths": torch.ones(b, dtype=torch.long, device=device),
-        "max_response_length": 8,
-    }
+        rewards=zeros(b),
+        group_ids=zeros(b, dtype=torch.long),
+        keep=torch.ones(b, dtype=torch.bool, device=device),  # decided on the whole batch, as the trainer does
+        response_lengths=torch.ones(b, dtype=torch.long, device=device),
+        max_response_length=8,
+    )
 
 
 @pytest.mark.parametrize("name", ["vepo", "grpo", "dapo", "rloo", "reinforce_pp", "ppo"])

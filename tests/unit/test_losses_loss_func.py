@@ -6,6 +6,7 @@ import torch
 
 from vepo_mcore.config.rl import KLConfig, LossConfig
 from vepo_mcore.rl.batch import RLBatch
+from vepo_mcore.rl.experience import Experience
 from vepo_mcore.rl.logprobs import reference_logprobs_and_entropy
 from vepo_mcore.rl.losses import compute_loss
 from vepo_mcore.rl.losses.loss_func import rl_loss_func
@@ -18,28 +19,30 @@ def _micro(seed=0):
     mask = torch.zeros(3, 6, dtype=torch.bool)
     mask[:, 2:] = True
     mask[2, 5] = False
-    return {
-        "tokens": torch.randint(0, VOCAB, (3, 6), generator=g),
-        "labels": torch.randint(0, VOCAB, (3, 6), generator=g),
-        "loss_mask": mask,
-        "old_logp": -3.4 + 0.2 * torch.randn(3, 6, generator=g),
-        "ref_logp": -3.4 + 0.2 * torch.randn(3, 6, generator=g),
-        "rewards": torch.tensor([1.0, 0.0, 0.5]),
-        "group_ids": torch.tensor([0, 0, 0]),
-    }, torch.randn(3, 6, PADDED, generator=g, dtype=torch.float64)
+    return Experience(
+        tokens=torch.randint(0, VOCAB, (3, 6), generator=g),
+        labels=torch.randint(0, VOCAB, (3, 6), generator=g),
+        position_ids=torch.arange(6).expand(3, 6),
+        loss_mask=mask,
+        old_logp=-3.4 + 0.2 * torch.randn(3, 6, generator=g),
+        ref_logp=-3.4 + 0.2 * torch.randn(3, 6, generator=g),
+        rewards=torch.tensor([1.0, 0.0, 0.5]),
+        group_ids=torch.tensor([0, 0, 0]),
+        response_lengths=mask.sum(1),
+    ), torch.randn(3, 6, PADDED, generator=g, dtype=torch.float64)
 
 
 def _selected(logits, micro):
     """What QwenGPTModel returns for output_mask=loss_mask: the masked positions' logits, [1, N, V]."""
-    return logits[micro["loss_mask"]].unsqueeze(0)
+    return logits[micro.loss_mask].unsqueeze(0)
 
 
 def _reference(micro, logits, cfg, kl, **batch_extra):
     x = logits.clone().requires_grad_(True)
-    logp, ent = reference_logprobs_and_entropy(x, micro["labels"], cfg.temperature, VOCAB)
-    fields = {k: micro[k] for k in ("old_logp", "ref_logp", "rewards", "group_ids")}
+    logp, ent = reference_logprobs_and_entropy(x, micro.labels, cfg.temperature, VOCAB)
+    fields = {k: getattr(micro, k) for k in ("old_logp", "ref_logp", "rewards", "group_ids")}
     loss, _ = compute_loss(
-        RLBatch(logp=logp, entropy=ent, mask=micro["loss_mask"], **fields, **batch_extra), cfg, kl
+        RLBatch(logp=logp, entropy=ent, mask=micro.loss_mask, **fields, **batch_extra), cfg, kl
     )
     loss.backward()
     return loss.detach(), x.grad
@@ -52,7 +55,7 @@ def test_global_tokens_returns_the_token_sum_and_count():
     x = logits.clone().requires_grad_(True)
     loss, num_tokens, metrics = rl_loss_func(micro, cfg, kl, VOCAB, _selected(x, micro))
     loss.backward()
-    n = int(micro["loss_mask"].sum())
+    n = int(micro.loss_mask.sum())
     assert int(num_tokens) == n
     # megatron (calculate_per_token_loss) divides by the global token count: here the global batch is this one
     ref_loss, ref_grad = _reference(micro, logits, cfg, kl, global_num_tokens=float(n))
@@ -82,18 +85,16 @@ def test_scaled_ratio_uses_untempered_logprobs_but_the_entropy_at_the_sampling_t
     loss, _, metrics = rl_loss_func(micro, cfg, None, VOCAB, _selected(x, micro))
     loss.backward()
     y = logits.clone().requires_grad_(True)
-    logp, _ = reference_logprobs_and_entropy(y, micro["labels"], 1.0, VOCAB)
-    _, ent = reference_logprobs_and_entropy(y, micro["labels"], 0.5, VOCAB)
-    fields = {k: micro[k] for k in ("old_logp", "ref_logp", "rewards", "group_ids")}
-    ref_loss, ref_metrics = compute_loss(
-        RLBatch(logp=logp, entropy=ent, mask=micro["loss_mask"], **fields), cfg
-    )
+    logp, _ = reference_logprobs_and_entropy(y, micro.labels, 1.0, VOCAB)
+    _, ent = reference_logprobs_and_entropy(y, micro.labels, 0.5, VOCAB)
+    fields = {k: getattr(micro, k) for k in ("old_logp", "ref_logp", "rewards", "group_ids")}
+    ref_loss, ref_metrics = compute_loss(RLBatch(logp=logp, entropy=ent, mask=micro.loss_mask, **fields), cfg)
     ref_loss.backward()
     torch.testing.assert_close(loss.detach().double(), ref_loss.detach(), atol=1e-6, rtol=0)
     torch.testing.assert_close(x.grad, y.grad, atol=1e-6, rtol=0)
     torch.testing.assert_close(
         metrics["rl/entropy"].double(), ref_metrics["rl/entropy"].double(), atol=1e-6, rtol=0
     )
-    _, ent_tau1 = reference_logprobs_and_entropy(logits, micro["labels"], 1.0, VOCAB)
-    m = micro["loss_mask"]
+    _, ent_tau1 = reference_logprobs_and_entropy(logits, micro.labels, 1.0, VOCAB)
+    m = micro.loss_mask
     assert abs(float((ent_tau1 * m).sum() / m.sum()) - float(metrics["rl/entropy"])) > 0.1

@@ -21,7 +21,6 @@ import dataclasses
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -165,40 +164,30 @@ class RLTrainer:
         self.engine.sleep()
         return samples
 
-    def experience(self, samples: list[Sample], metrics: dict[str, float]) -> dict[str, Any]:
-        """Tensors for the loss: old/reference log-probs at tau, critic values, advantages."""
-        from vepo_mcore.rl.batch import RLBatch
+    def experience(self, samples: list[Sample], metrics: dict[str, float]) -> xp.Experience:
+        """The rollout as tensors for the loss: old/reference log-probs at tau, critic values, advantages."""
         from vepo_mcore.rl.losses.registry import compute_advantages, compute_keep
 
         cfg, loss = self.cfg, self.cfg.rl.loss
         # On the compute device from here on: the forward passes, NCCL's all-reduce of the
-        # advantage statistics and the pipeline broadcasts all need device tensors.
-        multiple = token_multiple(cfg)  # FP8 GEMMs need whole multiples of 16 tokens
-        exp = {
-            k: v.to(device()) for k, v in xp.make_experience(samples, self.tokenizer.pad_id, multiple).items()
-        }
-        exp["max_response_length"] = cfg.rl.rollout.sampling.max_new_tokens
+        # advantage statistics and the pipeline broadcasts all need device tensors. FP8 GEMMs need
+        # whole multiples of 16 tokens (token_multiple is 1 without FP8).
+        exp = xp.make_experience(samples, self.tokenizer.pad_id, token_multiple(cfg),
+                                 max_response_length=cfg.rl.rollout.sampling.max_new_tokens).to(device())  # fmt: skip
         mbs = cfg.training.micro_batch_size
         args = (mbs, loss, cfg.model.vocab_size)  # log-probs and entropy as the loss reads them
-        exp["old_logp"], exp["entropy"] = xp.policy_logprobs(self.model, exp, *args)
+        exp.old_logp, exp.rollout_entropy = xp.policy_logprobs(self.model, exp, *args)
         if self.needs_reference():
-            exp["ref_logp"], _ = xp.policy_logprobs(self.reference, exp, *args)
+            exp.ref_logp, _ = xp.policy_logprobs(self.reference, exp, *args)
         if self.critic is not None:
-            exp["old_values"] = xp.critic_values(self.critic, exp, mbs)
-        batch = RLBatch(
-            logp=exp["old_logp"], old_logp=exp["old_logp"], mask=exp["loss_mask"], entropy=exp["entropy"],
-            ref_logp=exp.get("ref_logp"), rewards=exp["rewards"], group_ids=exp["group_ids"],
-            old_values=exp.get("old_values"), response_lengths=exp["response_lengths"],
-            max_response_length=exp["max_response_length"], std_group=_dp_group(),
-        )  # fmt: skip
-        exp["advantages"] = compute_advantages(batch, loss, cfg.rl.kl)
-        keep = compute_keep(batch, loss, cfg.rl.kl)  # on the whole batch: micro-batches split groups
-        if keep is not None:
-            exp["keep"] = keep
+            exp.old_values = xp.critic_values(self.critic, exp, mbs)
+        batch = exp.loss_batch(std_group=_dp_group())
+        exp.advantages = compute_advantages(batch, loss, cfg.rl.kl)
+        exp.keep = compute_keep(batch, loss, cfg.rl.kl)  # on the whole batch: micro-batches split groups
         if self.critic is not None:
             from vepo_mcore.rl.losses.ppo import ppo_gae
 
-            exp["returns"] = ppo_gae(batch, loss, cfg.rl.kl)[1]
+            exp.returns = ppo_gae(batch, loss, cfg.rl.kl)[1]
         metrics.update(_experience_metrics(samples, exp))
         return exp
 
@@ -207,19 +196,18 @@ class RLTrainer:
         kl = self.cfg.rl.kl
         return kl.estimator != "none" or self.iteration % kl.measure_interval == 0
 
-    def train(self, exp: dict[str, Any]) -> dict[str, float]:
+    def train(self, exp: xp.Experience) -> dict[str, float]:
         """ppo_epochs x mini_batches optimizer steps of the policy (and the critic for PPO)."""
         from vepo_mcore.training.loop import train_step
 
         cfg = self.cfg
-        rows = exp["tokens"].shape[0] // cfg.rl.mini_batches
+        rows = exp.num_rows // cfg.rl.mini_batches
         policy_step = partial(rl_forward_step, cfg=cfg.rl.loss, kl=cfg.rl.kl, vocab_size=cfg.model.vocab_size)
         metrics: dict[str, list[float]] = {}
         for _epoch in range(cfg.rl.ppo_epochs):
             for k in range(cfg.rl.mini_batches):
-                mini = {key: v[k * rows : (k + 1) * rows] if _is_rows(v) else v for key, v in exp.items()}
-                micro = xp.split_micro_batches(mini, cfg.training.micro_batch_size)
-                shape = (len(micro), micro[0]["tokens"].shape[1], micro[0]["tokens"].shape[0])
+                micro = exp.rows(k * rows, (k + 1) * rows).split(cfg.training.micro_batch_size)
+                shape = (len(micro), micro[0].tokens.shape[1], micro[0].tokens.shape[0])
                 out = train_step(policy_step, iter(micro), self.model, self.optimizer, self.scheduler, *shape)
                 if self.critic is not None:
                     critic_step = partial(xp.critic_forward_step, loss_cfg=cfg.rl.loss)
@@ -331,10 +319,6 @@ def _dp_group():
     return ps.get_data_parallel_group()
 
 
-def _is_rows(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.dim() > 0
-
-
 def _fill_by_repeating(samples: list[Sample], rows: int) -> list[Sample]:
     """Dynamic sampling ran out of rounds: repeat whole kept groups (or, with none, keep what there is)."""
     if not samples:
@@ -364,24 +348,24 @@ def _reward_metrics(samples: list[Sample]) -> dict[str, float]:
     return metrics
 
 
-def _experience_metrics(samples: list[Sample], exp: dict[str, Any]) -> dict[str, float]:
+def _experience_metrics(samples: list[Sample], exp: xp.Experience) -> dict[str, float]:
     """Response lengths, training-vs-engine log-prob mismatch, advantage stats (kept samples)."""
-    mask = exp["loss_mask"].bool()
-    lengths = exp["response_lengths"].float()
+    mask = exp.loss_mask.bool()
+    lengths = exp.response_lengths.float()
     metrics = {
         "rollout/len_mean": lengths.mean().item(),
         "rollout/len_max": lengths.max().item(),
         "rollout/truncated_frac": _mean([float(s.finish_reason == "length") for s in samples]),
-        "rollout/kept_reward_normalised_mean": exp["rewards"].mean().item(),
+        "rollout/kept_reward_normalised_mean": exp.rewards.mean().item(),
         "rollout/groups_with_spread": groups_with_spread(samples),
-        "rollout/entropy": exp["entropy"][mask].mean().item() if mask.any() else 0.0,
-        "rl/adv_mean": exp["advantages"][mask].mean().item() if mask.any() else 0.0,
-        "rl/adv_std": exp["advantages"][mask].std().item() if mask.sum() > 1 else 0.0,
+        "rollout/entropy": exp.rollout_entropy[mask].mean().item() if mask.any() else 0.0,
+        "rl/adv_mean": exp.advantages[mask].mean().item() if mask.any() else 0.0,
+        "rl/adv_std": exp.advantages[mask].std().item() if mask.sum() > 1 else 0.0,
         "rollout/tokens": float(mask.sum().item() + sum(len(s.prompt_ids) for s in samples)),
     }
     engine_logp = [s.rollout_logprobs for s in samples if s.rollout_logprobs is not None]
     if len(engine_logp) == len(samples):
-        metrics["rollout/logprob_mismatch"] = logprob_mismatch(exp["old_logp"], mask, engine_logp).item()
+        metrics["rollout/logprob_mismatch"] = logprob_mismatch(exp.old_logp, mask, engine_logp).item()
     return metrics
 
 

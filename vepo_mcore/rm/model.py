@@ -166,7 +166,7 @@ def score_texts(
 
     was_training = model.training
     model.eval()
-    forward_backward(model, micro, forward_step, forward_only=True)
+    forward_backward(model, micro, forward_step, forward_only=True, shape=tuple(micro[0]["tokens"].shape))
     model.train(was_training)
     n_rows = sum(mb["tokens"].shape[0] for mb in micro)
     if ps.is_pipeline_last_stage(ignore_virtual=True):

@@ -10,9 +10,12 @@ import torch
 import torch.distributed as dist
 
 
-def forward_backward(model, micro_batches: list[dict], forward_step: Callable, forward_only: bool):
-    """Megatron's schedule (any PP) over a list of micro-batches; the shapes for the pipeline's
-    activations come from the first one (at PP > 1 they must all have its shape)."""
+def forward_backward(
+    model, micro_batches: list, forward_step: Callable, forward_only: bool, shape: tuple[int, int]
+) -> list:
+    """Megatron's schedule (any PP) over a list of micro-batches (whatever `forward_step` reads);
+    `shape` = (rows, sequence length) of their tokens, the pipeline's activation shape (at PP > 1
+    every micro-batch must have it)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     return get_forward_backward_func()(
@@ -20,8 +23,8 @@ def forward_backward(model, micro_batches: list[dict], forward_step: Callable, f
         data_iterator=iter(micro_batches),
         model=[model],
         num_microbatches=len(micro_batches),
-        seq_length=micro_batches[0]["tokens"].shape[1],
-        micro_batch_size=micro_batches[0]["tokens"].shape[0],
+        seq_length=shape[1],
+        micro_batch_size=shape[0],
         forward_only=forward_only,
     )
 

@@ -38,15 +38,23 @@ def clipped_surrogate(
 
 
 def aggregate(values: torch.Tensor, batch: RLBatch, mode: str) -> torch.Tensor:
-    """Reduce per-token values [B, T] to a scalar: 'tokens', 'global_tokens' or 'seq_mean'."""
-    m = batch.fmask
+    """Reduce per-token values [B, T] over the batch's mask: 'tokens', 'global_tokens' or 'seq_mean'."""
+    return aggregate_masked(values, batch.fmask, mode, batch.global_num_tokens)
+
+
+def aggregate_masked(
+    values: torch.Tensor, mask: torch.Tensor, mode: str, global_num_tokens: float | None = None
+) -> torch.Tensor:
+    """Reduce per-token values [B, T] to a scalar over mask [B, T] (1 = counts): the token mean
+    ('tokens'), the sum over `global_num_tokens` ('global_tokens'), or the mean of per-sequence means."""
+    m = mask.to(values.dtype)
     total = (values * m).sum()
     if mode == "tokens":
         return total / m.sum().clamp_min(1)
     if mode == "global_tokens":
-        if batch.global_num_tokens is None or batch.global_num_tokens <= 0:
+        if global_num_tokens is None or global_num_tokens <= 0:
             raise ValueError("rl.loss.loss_agg 'global_tokens' needs RLBatch.global_num_tokens (> 0)")
-        return total / batch.global_num_tokens
+        return total / global_num_tokens
     if mode == "seq_mean":
         per_seq = (values * m).sum(1) / m.sum(1).clamp_min(1)
         has_tokens = (m.sum(1) > 0).to(values.dtype)

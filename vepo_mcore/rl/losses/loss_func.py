@@ -3,11 +3,9 @@
     forward_step = partial(rl_forward_step, cfg=rl.loss, kl=rl.kl, vocab_size=cfg.model.vocab_size)
     get_forward_backward_func()(forward_step_func=forward_step, ...)
 
-A micro-batch is a dict of [b, s] tensors: `tokens`, `labels` (next tokens), `loss_mask`
-(1 on response tokens), optional `position_ids` / `attention_mask`, plus any RLBatch field by
-name, aligned with `labels`: `old_logp`, `ref_logp` ([b, s]); `rewards`, `group_ids`,
-`response_lengths` ([b]); `advantages`, `old_values`, `returns` ([b, s]); scalars
-`global_num_tokens`, `max_response_length`.
+A micro-batch is an rl.experience.Experience (rows b of the step's batch): `tokens`, `labels`,
+`position_ids`, `loss_mask` [b, s] for the model, and the RLBatch fields the loss reads by the
+same names (old_logp, ref_logp, advantages, rewards, group_ids, keep, ...; `loss_fields()`).
 
 The model runs its output layer on the response positions only (QwenGPTModel's `output_mask`);
 those logits stay vocab-parallel ([1, N, V_pad / TP]) until rl.logprobs turns them into the
@@ -21,7 +19,6 @@ the whole global batch, across micro-batches and DP ranks):
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from functools import partial
 
@@ -29,30 +26,22 @@ import torch
 
 from vepo_mcore.config.rl import KLConfig, LossConfig
 from vepo_mcore.rl.batch import RLBatch
+from vepo_mcore.rl.experience import Experience
 from vepo_mcore.rl.logprobs import masked_policy_logprobs_and_entropy
 from vepo_mcore.rl.losses.registry import compute_loss
 
-_RL_FIELDS = {f.name for f in dataclasses.fields(RLBatch)} - {
-    "logp",
-    "entropy",
-    "mask",
-    "values",
-    "std_group",
-}
-
 
 def rl_loss_func(
-    micro: dict, cfg: LossConfig, kl: KLConfig | None, vocab_size: int, logits: torch.Tensor
+    micro: Experience, cfg: LossConfig, kl: KLConfig | None, vocab_size: int, logits: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Vocab-parallel logits [1, N, V_pad / TP] of the N response positions (the model's
     `output_mask`) on the last pipeline stage -> (loss, num_tokens, metrics)."""
-    mask = micro["loss_mask"].bool()
-    logp, entropy = masked_policy_logprobs_and_entropy(logits, micro["labels"], mask, cfg, vocab_size)
-    extra = {k: v for k, v in micro.items() if k in _RL_FIELDS}
+    mask = micro.loss_mask.bool()
+    logp, entropy = masked_policy_logprobs_and_entropy(logits, micro.labels, mask, cfg, vocab_size)
     per_token = cfg.loss_agg == "global_tokens"
-    if per_token:
-        extra["global_num_tokens"] = 1.0  # megatron divides by the global token count itself
-    batch = RLBatch(logp=logp, entropy=entropy, mask=mask, **extra)
+    # per token: megatron divides the summed loss by the global token count itself
+    batch = RLBatch(logp=logp, entropy=entropy, mask=mask, **micro.loss_fields(),
+                    global_num_tokens=1.0 if per_token else None)  # fmt: skip
     loss, metrics = compute_loss(batch, cfg, kl)
     num_tokens = (
         mask.sum().to(torch.int) if per_token else torch.tensor(1, dtype=torch.int, device=loss.device)
@@ -62,7 +51,7 @@ def rl_loss_func(
 
 
 def rl_forward_step(
-    data_iterator: Iterator[dict],
+    data_iterator: Iterator[Experience],
     model: torch.nn.Module,
     *,
     cfg: LossConfig,
@@ -71,9 +60,5 @@ def rl_forward_step(
 ) -> tuple[torch.Tensor, Callable]:
     """Next micro-batch -> (logits on the last stage / hidden states elsewhere, loss_func)."""
     micro = next(data_iterator)
-    tokens = micro["tokens"]
-    positions = micro.get("position_ids")
-    if positions is None:
-        positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0).expand_as(tokens)
-    output = model(tokens, positions, micro.get("attention_mask"), output_mask=micro["loss_mask"].bool())
+    output = model(micro.tokens, micro.position_ids, None, output_mask=micro.loss_mask.bool())
     return output, partial(rl_loss_func, micro, cfg, kl, vocab_size)

@@ -18,7 +18,7 @@ import torch
 from vepo_mcore.config.rl import KLConfig, LossConfig
 from vepo_mcore.rl.advantages import gae, whiten
 from vepo_mcore.rl.batch import RLBatch
-from vepo_mcore.rl.losses.common import aggregate, policy_loss, token_rewards
+from vepo_mcore.rl.losses.common import aggregate_masked, policy_loss, token_rewards
 from vepo_mcore.rl.losses.registry import register_loss
 
 
@@ -38,17 +38,18 @@ def value_loss(
     values: torch.Tensor,
     old_values: torch.Tensor,
     returns: torch.Tensor,
-    batch: RLBatch,
+    mask: torch.Tensor,
     clip: float,
     agg: str,
+    global_num_tokens: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Clipped value loss 0.5 * max((V - G)^2, (V_clip - G)^2) aggregated like the policy loss; also the
-    fraction of tokens where the clipped branch is larger. All inputs [B, T]."""
+    """Clipped value loss 0.5 * max((V - G)^2, (V_clip - G)^2) aggregated over `mask` like the policy
+    loss; also the fraction of tokens where the clipped branch is larger. All inputs [B, T]."""
     old, ret = old_values.detach(), returns.detach()
     clipped = old + torch.clamp(values - old, -clip, clip)
     unclipped_err, clipped_err = (values - ret) ** 2, (clipped - ret) ** 2
-    loss = aggregate(0.5 * torch.maximum(unclipped_err, clipped_err), batch, agg)
-    m = batch.mask.bool()
+    loss = aggregate_masked(0.5 * torch.maximum(unclipped_err, clipped_err), mask, agg, global_num_tokens)
+    m = mask.bool()
     frac = ((clipped_err > unclipped_err) & m).sum() / m.sum().clamp_min(1)
     return loss, frac.detach()
 
@@ -62,7 +63,13 @@ def ppo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tup
             raise ValueError("PPO value loss needs RLBatch.old_values for the value clip")
         returns = batch.returns if batch.returns is not None else ppo_gae(batch, cfg, kl)[1]
         v_loss, v_clip = value_loss(
-            batch.values, batch.old_values, returns, batch, cfg.value_clip, cfg.loss_agg
+            batch.values,
+            batch.old_values,
+            returns,
+            batch.mask,
+            cfg.value_clip,
+            cfg.loss_agg,
+            batch.global_num_tokens,
         )
         loss = loss + cfg.value_coef * v_loss
         metrics.update(
