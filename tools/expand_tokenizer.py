@@ -14,84 +14,48 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
 from pathlib import Path
 
-from vepo_mcore.languages import EXPANDED_LANGS, default_tokenizer_dir
-from vepo_mcore.tokenizer.expand import PROTECT_WORDS, WORDFREQ_PREFIX, default_corpora
+from vepo_mcore.config.cli import run_cli
+from vepo_mcore.languages import default_tokenizer_dir
+from vepo_mcore.tokenizer.expand import PROTECT_WORDS, corpora_from_specs
 from vepo_mcore.tokenizer.pretokenizer import DEFAULT_PRETOKENIZER, PRETOKENIZERS
 from vepo_mcore.tokenizer.report import expand_and_report
 
 
-def parse_corpora(specs: list[str]) -> dict[str, list[Path]]:
-    corpora: dict[str, list[Path]] = defaultdict(list)
-    for spec in specs:
-        lang, sep, path = spec.partition("=")
-        if not sep or lang not in EXPANDED_LANGS:
-            raise SystemExit(
-                f"--corpus {spec!r}: expected LANG=PATH with LANG in {', '.join(EXPANDED_LANGS)}"
-            )
-        corpora[lang].append(Path(path))
-    return dict(corpora)
-
-
-def _display_path(path: Path) -> Path:
-    """Paths inside the working directory are recorded relative to it (the manifest/report stay portable)."""
-    if str(path).startswith(WORDFREQ_PREFIX):
-        return path
-    resolved = Path(path).resolve()
-    return resolved.relative_to(Path.cwd()) if resolved.is_relative_to(Path.cwd()) else Path(path)
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--base", default=str(default_tokenizer_dir()), help="base tokenizer directory")
-    parser.add_argument("--corpus", action="append", default=[], metavar="LANG=PATH", help="repeatable")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--base", default=str(default_tokenizer_dir()), help="base tokenizer directory")
+    add("--corpus", action="append", default=[], metavar="LANG=PATH", help="repeatable")
+    add(
         "--wordfreq",
         default="",
         help="comma-separated languages (ms,id,fil,vi) that also train on wordfreq:LANG",
     )
-    parser.add_argument("--tokens-per-lang", type=int, default=4000)
-    parser.add_argument("--min-frequency", type=int, default=2, help="smallest pair count that is merged")
-    parser.add_argument("--max-lines", type=int, default=None, help="read at most this many lines per file")
-    parser.add_argument(
+    add("--tokens-per-lang", type=int, default=4000)
+    add("--min-frequency", type=int, default=2, help="smallest pair count that is merged")
+    add("--max-lines", type=int, default=None, help="read at most this many lines per file")
+    add(
         "--protect-words",
         type=int,
         default=PROTECT_WORDS,
         help="wordfreq en/zh words to protect (default: all)",
     )
-    parser.add_argument("--pretokenizer", choices=sorted(PRETOKENIZERS), default=DEFAULT_PRETOKENIZER)
-    parser.add_argument(
-        "--no-compare", action="store_true", help="skip the expansion with the other pre-tokenizer"
-    )
-    parser.add_argument("--out", required=True, help="output tokenizer directory")
-    parser.add_argument(
-        "--report-dir", default=None, help="compression report directory (default OUT/report)"
-    )
-    args = parser.parse_args()
+    add("--pretokenizer", choices=sorted(PRETOKENIZERS), default=DEFAULT_PRETOKENIZER)
+    add("--no-compare", action="store_true", help="skip the expansion with the other pre-tokenizer")
+    add("--out", required=True, help="output tokenizer directory")
+    add("--report-dir", default=None, help="compression report directory (default OUT/report)")
+    args = parser.parse_args(argv)
 
-    corpora = parse_corpora(args.corpus) if args.corpus else default_corpora()
-    for lang in filter(None, args.wordfreq.split(",")):
-        if lang not in corpora:
-            raise SystemExit(f"--wordfreq {lang}: no corpus for that language ({', '.join(corpora)})")
-        corpora[lang].append(Path(WORDFREQ_PREFIX + lang))
-    corpora = {lang: [_display_path(p) for p in paths] for lang, paths in corpora.items()}
-    compare = [] if args.no_compare else sorted(PRETOKENIZERS)
+    corpora = corpora_from_specs(args.corpus, [lang for lang in args.wordfreq.split(",") if lang])
     result, report = expand_and_report(
-        args.base,
-        corpora,
-        args.out,
-        args.report_dir or Path(args.out) / "report",
-        args.pretokenizer,
-        compare,
-        n_tokens=args.tokens_per_lang,
-        min_frequency=args.min_frequency,
-        max_lines=args.max_lines,
-        protect_words=args.protect_words,
-    )
+        args.base, corpora, args.out, args.report_dir or Path(args.out) / "report", args.pretokenizer,
+        [] if args.no_compare else sorted(PRETOKENIZERS), n_tokens=args.tokens_per_lang,
+        min_frequency=args.min_frequency, max_lines=args.max_lines, protect_words=args.protect_words,
+    )  # fmt: skip
     print(json.dumps({lang: v["count"] for lang, v in result.manifest()["languages"].items()}))
     print(f"vocab {result.vocab_size}; tokenizer in {args.out}")
     if report is not None:
@@ -102,4 +66,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -6,92 +6,15 @@ python tools/quickstart_summary.py runs/quickstart
 """
 
 import argparse
-import json
 from pathlib import Path
 
-import yaml
-
-from vepo_mcore.eval.heldout import paired_deltas, read_records, summarize
-
-LABELS = {"stop_rate": "stop", "lang_pass": "lang", "length_pass": "length", "mixing_pass": "mixing",
-          "overall_pass": "overall", "chrf": "chrF++"}  # fmt: skip
-
-
-def _rows(path: Path) -> list[dict]:
-    return (
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-    )
-
-
-def _change(before: list[dict], after: list[dict], names: list[str], label: str) -> list[str]:
-    """One line per metric: before -> after, [lo, hi] of the paired difference, and what it means."""
-    a, b, ci = summarize(before), summarize(after), paired_deltas(before, after)
-    lines = [
-        f"{label} (held-out devtest, {len(after)} prompts; 95% paired-bootstrap interval of the change):"
-    ]
-    for name in names:
-        lo, hi = ci[name]
-        verdict = (
-            "includes 0: no change shown at this size" if lo <= 0 <= hi else ("up" if lo > 0 else "down")
-        )
-        unit = "" if name == "chrf" else "%"
-        lines.append(f"     {LABELS[name]:8s} {a[name]:6.1f}{unit} -> {b[name]:6.1f}{unit}   "
-                     f"[{lo:+6.1f}, {hi:+6.1f}]  {verdict}")  # fmt: skip
-    return lines
+from vepo_mcore.toy.quickstart import quickstart_summary
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="the quickstart's output directory")
-    run = Path(p.parse_args(argv).run)
-    seed = run / "toy" / "seed0"
-    lines = ["", "=" * 76, f"vepo_mcore quickstart summary ({run})", "=" * 76]
-    manifest = run / "toy" / "shared" / "tokenizer" / "toy" / "trim_manifest.json"
-    if manifest.is_file():
-        m = json.loads(manifest.read_text())
-        lines.append(f"TOK  expanded Qwen2.5 trimmed to the toy's data: {m['vocab_size']:,} ids "
-                     f"({m['prefix_size']:,} of the base vocabulary + {m['vocab_size'] - m['prefix_size']:,} new)")  # fmt: skip
-    for stage in ("base", "cpt", "sft"):
-        rows = [r for r in _rows(seed / stage / "metrics.jsonl") if "train/loss" in r]
-        if rows:
-            lines.append(f"{stage.upper():4s} loss {rows[0]['train/loss']:.3f} -> {rows[-1]['train/loss']:.3f} "
-                         f"(logged at steps {rows[0]['step']}..{rows[-1]['step']})")  # fmt: skip
-    rm = run / "rm_eval" / "eval.json"
-    if rm.is_file():
-        result = json.loads(rm.read_text())
-        ap = result.get("average_precision", {})
-        lines.append(
-            f"RM   pairwise accuracy {result['accuracy']:.3f} on {result['pairs']} held-out devtest pairs, "
-            f"mean detection AP {sum(ap.values()) / max(1, len(ap)):.3f} ({run / 'rm_eval' / 'eval.md'})"
-        )
-    rl = _rows(seed / "rl" / "metrics.jsonl")
-    if rl:
-        first, last = rl[0], rl[-1]
-        cfg = seed / "rl" / "config.yaml"
-        loss = yaml.safe_load(cfg.read_text())["rl"]["loss"]["name"] if cfg.is_file() else "RL"
-        lines.append(f"RL   {len(rl)} steps of {loss} (first -> last step, sampled rollouts)")
-        for key, label in [("reward/mt", "R_mt (chrF++/100)"), ("rollout/entropy", "entropy"),
-                           ("rollout/len_mean", "response length"), ("constraint/overall", "constraint pass")]:  # fmt: skip
-            if key in first:
-                lines.append(f"     {label:22s} {first[key]:8.4f} -> {last[key]:8.4f}")
-    held = {name: seed / f"heldout_{name}.jsonl" for name in ("cpt", "sft", "rl")}
-    if all(path.is_file() for path in held.values()):
-        records = {name: read_records(path) for name, path in held.items()}
-        lines += _change(records["cpt"], records["sft"], ["stop_rate", "lang_pass"], "before SFT -> SFT")
-        lines += _change(records["sft"], records["rl"], list(LABELS), "SFT -> RL")
-        lines.append("     (a short run: where an interval includes 0, the toy recipe shows the full result:")
-        lines.append("      python tools/run_toy.py --seeds 0 1 2, reports/toy/README.md)")
-    scores = run / "eval_rl" / "scores.json"
-    if scores.is_file():
-        avg = json.loads(scores.read_text())["groups"]["avg"]
-        lines.append("FLORES devtest subset, RL policy, Avg over directions: "
-                     + ", ".join(f"{m} {avg[m]:.2f}" for m in ("bleu", "chrf", "chrf++") if m in avg)
-                     + f" (paired bootstrap vs SFT: {run / 'eval_rl' / 'bootstrap.md'})")  # fmt: skip
-    plots = sorted(str(p) for p in run.rglob("*.png"))
-    lines.append("plots:")
-    lines += [f"     {p}" for p in plots] or ["     (none)"]
-    lines.append("=" * 76)
-    print("\n".join(lines))
+    print(quickstart_summary(Path(p.parse_args(argv).run)))
 
 
 if __name__ == "__main__":

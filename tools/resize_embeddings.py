@@ -12,37 +12,32 @@ checkpoint whose config.yaml has model.vocab_size = the expanded tokenizer's len
 tokenizer.path = --tokenizer, with the tokenizer copied beside it. HF: config.json's vocab_size
 becomes padded_vocab_size(new_vocab, --hf-divisible-by (128), 1).
 
-Continued pre-training on the expanded tokenizer then needs no code change, only consistent config:
-  1. tokenize the corpora with it: tools/preprocess_data.py --tokenizer-dir out/qwen2.5-expanded ...
-  2. train from the resized checkpoint: --training.checkpoint.load=ckpt/qwen7b-exp
-     --training.checkpoint.finetune=true --tokenizer.path=out/qwen2.5-expanded
-     --model.vocab_size=<len(expanded tokenizer)> (the values its config.yaml holds). model.vocab_size
-     must equal the expanded tokenizer's length: the padded row count, and so whether the checkpoint
-     loads, follows from it; the trainer does not check it against the tokenizer.
-  3. keep the TP used here, or one with the same padded_vocab_size(new_vocab, divisible_by, TP):
-     a dist checkpoint loads only into the row count it was written with.
+Continued pre-training on the expanded tokenizer then needs only consistent config: tokenize the
+corpora with it (tools/preprocess_data.py --tokenizer-dir), train from the resized checkpoint
+(--training.checkpoint.load=ckpt/qwen7b-exp --training.checkpoint.finetune=true
+--tokenizer.path=out/qwen2.5-expanded --model.vocab_size=<its length>, the values its config.yaml
+holds), and keep a TP with the same padded row count: a dist checkpoint loads only into the row
+count it was written with.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--megatron-load", help="Megatron checkpoint directory (or its iter_* directory)")
-    parser.add_argument("--megatron-save", help="output Megatron checkpoint directory")
-    parser.add_argument("--hf-in", help="HF Qwen2 model directory")
-    parser.add_argument("--hf-out", help="output HF model directory")
-    parser.add_argument("--tokenizer", required=True, help="expanded tokenizer directory")
-    parser.add_argument(
-        "--base-tokenizer", default=None, help="base tokenizer directory (default: shipped Qwen2.5)"
-    )
-    parser.add_argument("--hf-divisible-by", type=int, default=128, help="HF rows: multiple of this")
-    parser.add_argument("--max-shard-gb", type=float, default=5.0, help="HF safetensors shard size limit")
+    add = parser.add_argument
+    add("--megatron-load", help="Megatron checkpoint directory (or its iter_* directory)")
+    add("--megatron-save", help="output Megatron checkpoint directory")
+    add("--hf-in", help="HF Qwen2 model directory")
+    add("--hf-out", help="output HF model directory")
+    add("--tokenizer", required=True, help="expanded tokenizer directory")
+    add("--base-tokenizer", default=None, help="base tokenizer directory (default: shipped Qwen2.5)")
+    add("--hf-divisible-by", type=int, default=128, help="HF rows: multiple of this")
+    add("--max-shard-gb", type=float, default=5.0, help="HF safetensors shard size limit")
     args, overrides = parser.parse_known_args(argv)
     megatron, hf = (args.megatron_load, args.megatron_save), (args.hf_in, args.hf_out)
     if all(megatron) == all(hf) or (any(megatron) and any(hf)):
@@ -62,36 +57,21 @@ def main(argv: list[str] | None = None) -> None:
     if args.hf_in:
         from vepo_mcore.checkpoint.resize import resize_hf_checkpoint
 
+        shard = int(args.max_shard_gb * (1 << 30))
         out = resize_hf_checkpoint(
-            args.hf_in,
-            args.hf_out,
-            args.tokenizer,
-            args.base_tokenizer,
-            args.hf_divisible_by,
-            int(args.max_shard_gb * (1 << 30)),
+            args.hf_in, args.hf_out, args.tokenizer, args.base_tokenizer, args.hf_divisible_by, shard
         )
         print(f"wrote {out}")
         return
-    # A CPU job, like conversion: hide GPUs before CUDA initialises so every rank builds on CPU.
-    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    try:
-        from vepo_mcore.checkpoint.resize import megatron_worker
-        from vepo_mcore.parallel.launch import run_processes
-        from vepo_mcore.training.checkpointing import checkpoint_config
+    from vepo_mcore.checkpoint.resize import megatron_worker
+    from vepo_mcore.parallel.launch import run_processes
+    from vepo_mcore.training.checkpointing import checkpoint_config
 
-        cfg, _ = checkpoint_config(args.megatron_load, overrides)
-        world = cfg.parallel.tensor_model_parallel_size * cfg.parallel.pipeline_model_parallel_size
-        run_processes(
-            megatron_worker,
-            world,
-            args=(args.megatron_load, args.megatron_save, args.tokenizer, args.base_tokenizer, overrides),
-        )
-    finally:
-        if previous is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = previous
+    # A CPU job, like conversion: run_processes starts its gloo workers with the GPUs hidden.
+    cfg, _ = checkpoint_config(args.megatron_load, overrides)
+    world = cfg.parallel.tensor_model_parallel_size * cfg.parallel.pipeline_model_parallel_size
+    worker_args = (args.megatron_load, args.megatron_save, args.tokenizer, args.base_tokenizer, overrides)
+    run_processes(megatron_worker, world, args=worker_args)
 
 
 if __name__ == "__main__":

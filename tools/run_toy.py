@@ -19,28 +19,19 @@ import sys
 import warnings
 from pathlib import Path
 
+from vepo_mcore.config.cli import run_cli
+
 warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
-
-
-def _pairs(values: list[str], flag: str) -> dict[str, str]:
-    out = {}
-    for value in values:
-        key, sep, rest = value.partition("=")
-        if not sep:
-            raise SystemExit(f"{flag} {value!r}: expected NAME=VALUE")
-        out[key] = rest
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="runs/toy", help="run directory (shared/ and seed<N>/)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--directions", default="en-th,en-vi,th-en,vi-en")
-    p.add_argument(
-        "--iters", nargs="*", action="extend", default=[], metavar="STAGE=N", help="train_iters per stage"
-    )
-    p.add_argument(
+    add = p.add_argument
+    add("--out", default="runs/toy", help="run directory (shared/ and seed<N>/)")
+    add("--seeds", type=int, nargs="+", default=[0])
+    add("--directions", default="en-th,en-vi,th-en,vi-en")
+    add("--iters", nargs="*", action="extend", default=[], metavar="STAGE=N", help="train_iters per stage")
+    add(
         "--set",
         nargs="*",
         action="extend",
@@ -48,23 +39,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STAGE.FIELD=VALUE",
         help="per-stage overrides",
     )
-    p.add_argument("--eval-sentences", type=int, default=50, help="devtest sentences per direction")
-    p.add_argument("--max-new-tokens", type=int, default=96, help="evaluation length cap")
-    p.add_argument("--rl-holdout", type=int, default=197, metavar="N",
-                   help="the last N dev sentences are RL prompts only, never SFT data (0: RL on the SFT sentences)")  # fmt: skip
-    p.add_argument("--nproc", type=int, default=1, help="training processes")
-    p.add_argument("--threads", type=int, default=2, help="threads per process")
-    p.add_argument("--report-dir", default="reports/toy", help="where summary.json and results.md go")
-    p.add_argument("--no-report", action="store_true", help="run the stages only")
+    add("--eval-sentences", type=int, default=50, help="devtest sentences per direction")
+    add("--max-new-tokens", type=int, default=96, help="evaluation length cap")
+    add("--rl-holdout", type=int, default=197, metavar="N",
+        help="the last N dev sentences are RL prompts only, never SFT data (0: RL on the SFT sentences)")  # fmt: skip
+    add("--nproc", type=int, default=1, help="training processes")
+    add("--threads", type=int, default=2, help="threads per process")
+    add("--report-dir", default="reports/toy", help="where summary.json and results.md go")
+    add("--no-report", action="store_true", help="run the stages only")
     args = p.parse_args(argv)
 
-    from vepo_mcore.toy.recipe import ToyPlan, run_toy
+    from vepo_mcore.toy.recipe import ToyPlan, run_toy, stage_flags
 
-    iters = {stage: int(n) for stage, n in _pairs(args.iters, "--iters").items()}
-    overrides: dict[str, list[str]] = {}
-    for key, value in _pairs(args.set, "--set").items():
-        stage, _, field = key.partition(".")
-        overrides.setdefault(stage, []).extend([f"--{field}", value])
+    iters, overrides = stage_flags(args.iters, args.set)
     plan = ToyPlan(out=Path(args.out), seeds=args.seeds, directions=args.directions, nproc=args.nproc,
                    threads=args.threads, iters=iters, overrides=overrides, eval_sentences=args.eval_sentences,
                    max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout)  # fmt: skip
@@ -82,4 +69,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -29,11 +29,14 @@ def main(argv: list[str] | None = None) -> None:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         print(f"config OK: {args.config}", file=sys.stderr)
         return
-    from vepo_mcore.parallel import init_distributed
+    from vepo_mcore.parallel import destroy, init_distributed
     from vepo_mcore.rl.trainer import train_rl
 
     init_distributed(cfg.parallel.backend, timeout_minutes=cfg.parallel.distributed_timeout_minutes)
-    train_rl(cfg)
+    try:
+        train_rl(cfg)
+    finally:
+        destroy()
 
 
 if __name__ == "__main__":

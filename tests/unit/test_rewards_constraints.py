@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from tools.verify_constraints import read_jsonl
 from vepo_mcore.languages import load_flores
 from vepo_mcore.rewards.constraints import (
     CORRUPTIONS,
@@ -13,6 +12,7 @@ from vepo_mcore.rewards.constraints import (
     constraint_table_markdown,
     flores_samples,
 )
+from vepo_mcore.rewards.constraints_report import read_jsonl
 from vepo_mcore.translation.sample import Sample
 
 ROOT = Path(__file__).resolve().parents[2]

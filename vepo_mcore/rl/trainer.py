@@ -50,6 +50,7 @@ class RLTrainer:
         from vepo_mcore.tokenizer import load_tokenizer
         from vepo_mcore.training.checkpointing import load_checkpoint
         from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, unwrap, wrap_model
+        from vepo_mcore.training.runner import check_vocab
 
         self.cfg = cfg = rl_job_config(cfg)
         init_model_parallel(cfg.parallel, seed=cfg.training.seed)
@@ -57,11 +58,10 @@ class RLTrainer:
         check_batch_shape(cfg, self.dp_size)
         cfg.validate(dist.get_world_size())
         self.tokenizer = load_tokenizer(cfg.tokenizer.path)
-        if len(self.tokenizer) > cfg.model.vocab_size:
-            raise ValueError(
-                f"model.vocab_size ({cfg.model.vocab_size}) is smaller than the tokenizer "
-                f"({len(self.tokenizer)} ids at {self.tokenizer.path})"
-            )
+        check_vocab(cfg.model.vocab_size, len(self.tokenizer), str(self.tokenizer.path))
+        self.log_interval = (
+            1  # every RL step is a whole rollout batch: its row is what curves and the grid read
+        )
         self.model = wrap_model(build_model(cfg), cfg)
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
@@ -103,9 +103,12 @@ class RLTrainer:
         self.engine = build_engine(cfg, model=unwrap(self.model), tokenizer=self.tokenizer)
         self.weights_stale = not self.engine.shares_training_weights
 
-    # -- the step -----------------------------------------------------------------------------
-    def step(self) -> dict[str, float]:
-        """One RL step; returns its metrics (the same on every rank)."""
+    # -- the step, in training/runner.py's loop -----------------------------------------------
+    def describe(self) -> str:
+        return f"RL steps {self.iteration} -> {self.cfg.training.train_iters}"
+
+    def step(self) -> tuple[dict[str, float], int]:
+        """One RL step: its metrics (the same on every rank) and the tokens it rolled out."""
         start = time.perf_counter()
         samples, metrics = self.rollout()
         rolled = time.perf_counter()
@@ -119,7 +122,20 @@ class RLTrainer:
         metrics["perf/train_s"] = time.perf_counter() - scored
         self.weights_stale = not self.engine.shares_training_weights
         self.iteration += 1
-        return metrics
+        return metrics, int(metrics.pop("rollout/tokens", 0.0))
+
+    def evaluate(self) -> None:
+        return None  # held-out evaluation runs on the saved checkpoints (tools/eval_heldout.py)
+
+    def finish(self, history: list[dict[str, float]]) -> None:
+        from vepo_mcore.training.curves import plot_curves
+
+        save = self.cfg.training.checkpoint.save
+        if dist.get_rank() == 0 and save and history:
+            plot_curves(history, Path(save) / "rl_curves.png", smooth=0.8)
+
+    def close(self) -> None:
+        self.engine.shutdown()
 
     def rollout(self) -> tuple[list[Sample], dict[str, float]]:
         """Generate K candidates per prompt, score them, keep G per prompt."""
@@ -233,44 +249,9 @@ class RLTrainer:
 
 def train_rl(cfg: JobConfig) -> list[dict[str, float]]:
     """Run RL to training.train_iters steps, logging and checkpointing; returns this call's metrics."""
-    from vepo_mcore.training.writer_lock import save_folder_lock
+    from vepo_mcore.training.runner import run_training
 
-    with save_folder_lock(cfg.training.checkpoint):  # one run writes a save folder at a time
-        return _train_rl(RLTrainer(cfg))
-
-
-def _train_rl(trainer: RLTrainer) -> list[dict[str, float]]:
-    from vepo_mcore.rl.curves import plot_curves
-    from vepo_mcore.training.logging import MetricsLogger
-
-    t = trainer.cfg.training
-    logger = MetricsLogger(trainer.cfg, trainer.iteration, is_writer=dist.get_rank() == 0,
-                           world_size=dist.get_world_size())  # fmt: skip
-    logger.message(f"RL steps {trainer.iteration} -> {t.train_iters}")
-    if trainer.resumed_from:
-        logger.message(f"resumed from {trainer.resumed_from} at step {trainer.iteration}")
-    history = []
-    while trainer.iteration < t.train_iters:
-        metrics = trainer.step()
-        tokens = metrics.pop("rollout/tokens", 0.0)
-        history.append(
-            {"step": trainer.iteration, **logger.log(trainer.iteration, metrics, tokens=int(tokens))}
-        )
-        if (
-            t.checkpoint.save
-            and t.checkpoint.save_interval
-            and trainer.iteration % t.checkpoint.save_interval == 0
-        ):
-            trainer.save()
-            logger.reset_clock()
-    if t.checkpoint.save and (not history or not t.checkpoint.save_interval
-                              or trainer.iteration % t.checkpoint.save_interval):  # fmt: skip
-        trainer.save()
-    logger.close()
-    trainer.engine.shutdown()
-    if dist.get_rank() == 0 and t.checkpoint.save and history:
-        plot_curves(history, Path(t.checkpoint.save) / "rl_curves.png", smooth=0.8)
-    return history
+    return run_training(cfg.training.checkpoint, lambda: RLTrainer(cfg))
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -60,3 +60,61 @@ def train_rm(
         tokenizer_dir=tokenizer_dir,
         model_provider=rm_model_provider,
     )
+
+
+CURVES = (
+    ("train/loss", "loss (train)"),
+    ("train/bt_loss", "Bradley-Terry loss"),
+    ("train/bce_loss", "category loss"),
+    ("train/pair_acc", "pairwise accuracy (train)"),
+    ("valid/loss", "loss (held-out devtest pairs)"),
+    ("valid/pair_acc", "pairwise accuracy (held-out)"),
+)
+"""The panels of <rm.report_dir>/curves.png."""
+
+
+def train_and_report(cfg: JobConfig) -> dict:
+    """Collective: pairs from FLORES dev (training) and devtest (held out), train_rm, then the saved RM
+    evaluated on the held-out pairs; rank 0 writes <rm.report_dir>/eval.md, eval.json, curves.png.
+    Returns the summary written to eval.json."""
+    import json
+    from dataclasses import asdict
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    from vepo_mcore.languages import LANGS, default_tokenizer_dir
+    from vepo_mcore.rewards.corruptions import CATEGORIES
+    from vepo_mcore.rm.data import build_pairs
+    from vepo_mcore.rm.evaluate import evaluate_pairs, markdown_report
+    from vepo_mcore.rm.model import load_reward_model
+    from vepo_mcore.tokenizer import load_tokenizer
+    from vepo_mcore.training.curves import plot_curves
+
+    r, t = cfg.rm, cfg.training
+    if not t.checkpoint.save:
+        raise ValueError("training.checkpoint.save must be set: the RM is evaluated and served from it")
+    tokenizer_dir = cfg.tokenizer.path or str(default_tokenizer_dir())
+    tokenizer = load_tokenizer(tokenizer_dir)
+    build = dict(tgt_langs=r.langs or LANGS, categories=r.categories or CATEGORIES, tokenizer=tokenizer,
+                 other_language=r.other_language_off_target)  # fmt: skip
+    train = build_pairs("dev", lines=range(r.train_lines), seed=r.seed, **build)
+    test = build_pairs("devtest", lines=range(r.test_lines), seed=r.seed + 1, **build)
+    history = train_rm(cfg, train, tokenizer, valid_pairs=test, tokenizer_dir=tokenizer_dir)
+
+    model = load_reward_model(t.checkpoint.save)[0]  # the saved RM, in this run's TP/PP layout
+    result = evaluate_pairs(model, tokenizer, test, t.seq_length, batch_size=2 * t.micro_batch_size)
+    summary = {"train_pairs": len(train), "final_train": history[-1] if history else {}, **asdict(result)}
+    if dist.get_rank() == 0:
+        out = Path(r.report_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        title = (
+            f"Reward model on FLORES devtest pairs ({len(train)} dev training pairs, {t.train_iters} steps)"
+        )
+        (out / "eval.md").write_text(markdown_report(result, title))
+        (out / "eval.json").write_text(json.dumps(summary, indent=1))
+        if history:
+            plot_curves(history, out / "curves.png", panels=CURVES, xlabel="step")
+        print(markdown_report(result, title))
+    dist.barrier()
+    return summary

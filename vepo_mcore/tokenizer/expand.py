@@ -406,3 +406,30 @@ def default_corpora() -> dict[str, list[Path]]:
     from vepo_mcore.languages import flores_path
 
     return {lang: [flores_path(lang, "dev")] for lang in EXPANDED_LANGS}
+
+
+def corpora_from_specs(specs: Sequence[str], wordfreq: Sequence[str] = ()) -> dict[str, list[Path]]:
+    """`LANG=PATH` specs (repeatable; none = default_corpora()) plus a wordfreq pseudo-corpus for each
+    language in `wordfreq`. Paths inside the working directory are recorded relative to it, so the
+    manifest and the report stay portable."""
+    corpora: dict[str, list[Path]] = {}
+    for spec in specs:
+        lang, sep, path = spec.partition("=")
+        if not sep or lang not in EXPANDED_LANGS:
+            raise ValueError(
+                f"--corpus {spec!r}: expected LANG=PATH with LANG in {', '.join(EXPANDED_LANGS)}"
+            )
+        corpora.setdefault(lang, []).append(Path(path))
+    corpora = corpora or default_corpora()
+    for lang in wordfreq:
+        if lang not in corpora:
+            raise ValueError(f"--wordfreq {lang}: no corpus for that language ({', '.join(corpora)})")
+        corpora[lang].append(Path(WORDFREQ_PREFIX + lang))
+    return {lang: [_display_path(p) for p in paths] for lang, paths in corpora.items()}
+
+
+def _display_path(path: Path) -> Path:
+    if str(path).startswith(WORDFREQ_PREFIX):
+        return path
+    resolved = Path(path).resolve()
+    return resolved.relative_to(Path.cwd()) if resolved.is_relative_to(Path.cwd()) else Path(path)

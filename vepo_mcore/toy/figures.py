@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vepo_mcore.rl.curves import ema
+from vepo_mcore.training.curves import ema
 
 COLORS = {"vepo": "#8c564b", "ppo": "#9467bd", "grpo": "#2ca02c", "rloo": "#ff7f0e", "dapo": "#d62728",
           "reinforce_pp": "#1f77b4"}  # fmt: skip

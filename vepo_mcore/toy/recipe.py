@@ -273,3 +273,23 @@ def run_toy(plan: ToyPlan) -> list[Path]:
     plan.out.mkdir(parents=True, exist_ok=True)
     paths = build_shared(plan)
     return [run_seed(plan, seed, paths) for seed in plan.seeds]
+
+
+def stage_flags(iters: list[str], sets: list[str]) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """run_toy's `--iters STAGE=N` and `--set STAGE.FIELD=VALUE` -> (train_iters per stage, dotted
+    overrides per stage)."""
+
+    def pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
+        out = []
+        for value in values:
+            key, sep, rest = value.partition("=")
+            if not sep:
+                raise ValueError(f"{flag} {value!r}: expected NAME=VALUE")
+            out.append((key, rest))
+        return out
+
+    overrides: dict[str, list[str]] = {}
+    for key, value in pairs(sets, "--set"):
+        stage, _, field = key.partition(".")
+        overrides.setdefault(stage, []).extend([f"--{field}", value])
+    return {stage: int(n) for stage, n in pairs(iters, "--iters")}, overrides

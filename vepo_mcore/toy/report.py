@@ -78,7 +78,7 @@ def _rl_history(root: Path) -> list[dict]:
 
 
 def plot_rl_curves(seed_dirs: list[Path], path: Path) -> Path:
-    from vepo_mcore.rl.curves import plot_curves
+    from vepo_mcore.training.curves import plot_curves
 
     return plot_curves({root.name: _rl_history(root) for root in seed_dirs}, path, panels=CURVES, smooth=0.9)
 

@@ -1,6 +1,10 @@
 """The training loop shared by CPT, SFT and RL (megatron.core schedules, DDP, optimizer, checkpoints).
 
-    loop.py           pretrain(cfg) for a whole run; train_step(...) for one optimizer step (RL reuses it)
+    runner.py         run_training: the one loop every job plugs a step into (lock, resume line, log, eval,
+                      save cadence, teardown in a finally); check_vocab
+    loop.py           pretrain(cfg): CPT/SFT/RM as LMTrainer in that loop; train_step(...) for one optimizer
+                      step (RL reuses it)
+    curves.py         plot_curves: metrics per step as PNG (RL and reward-model runs)
     forward.py        forward_step(data_iterator, model) -> (output, loss_func) with exact token averaging
     optimizer.py      wrap_model (Float16Module + DDP), build_optimizer, build_scheduler
     checkpointing.py  save_checkpoint / load_checkpoint: atomic torch_dist checkpoints with full resume state,

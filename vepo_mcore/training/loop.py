@@ -3,7 +3,8 @@ schedule over the micro-batches of a global batch, then clip + step + LR schedul
 
     history = pretrain(cfg, train_dataset)        # whole run: build, resume, loop, checkpoint, log
 
-`train_step(...)` is the reusable piece (the RL trainer passes its own forward_step / loss).
+`LMTrainer` is the CPT/SFT/RM step in training/runner.py's loop (which RL shares);
+`train_step(...)` is the reusable optimizer step (the RL trainer passes its own forward_step / loss).
 A dataset is map-style (len + getitem -> dict of [s] tensors, e.g. megatron.core's GPTDataset
 or BlendedDataset); which samples a DP rank reads is fixed by the global data position
 (training/sampler.py), so resume is exact and may change the DP size.
@@ -12,6 +13,7 @@ or BlendedDataset); which samples a DP rank reads is fixed by the global data po
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -134,7 +136,7 @@ def pretrain(
     `rows_per_sample`. Returns the per-step metrics of the steps run in this call (on every rank).
     """
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.training.writer_lock import save_folder_lock
+    from vepo_mcore.training.runner import run_training
 
     if cfg.parallel.virtual_pipeline_model_parallel_size is not None:
         raise ValueError(
@@ -142,99 +144,105 @@ def pretrain(
         )
     init_model_parallel(cfg.parallel, seed=cfg.training.seed)
     cfg.validate(dist.get_world_size())
-    with save_folder_lock(cfg.training.checkpoint):  # one run writes a save folder at a time
-        return _train(cfg, train_dataset, valid_dataset, forward_step_func, tokenizer_dir, model_provider)
+    build = partial(
+        LMTrainer, cfg, train_dataset, valid_dataset, forward_step_func, tokenizer_dir, model_provider
+    )
+    return run_training(cfg.training.checkpoint, build)
 
 
-def _train(
-    cfg: JobConfig,
-    train_dataset: Sequence[dict] | None,
-    valid_dataset: Sequence[dict] | None,
-    forward_step_func: Callable,
-    tokenizer_dir: str | None,
-    model_provider: Callable[[JobConfig], torch.nn.Module] | None,
-) -> list[dict[str, float]]:
-    """pretrain's body, run while the save folder is locked."""
-    from megatron.core import parallel_state as ps
+class LMTrainer:
+    """CPT, SFT and the reward model in training/runner.py's loop: one optimizer step per global batch
+    of a map-style dataset, read from the global data position (resume is exact at any DP size)."""
 
-    from vepo_mcore.models.builder import build_model
-    from vepo_mcore.training.checkpointing import save_checkpoint
-    from vepo_mcore.training.logging import MetricsLogger
-    from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, wrap_model
-    from vepo_mcore.training.sampler import micro_batches
+    def __init__(
+        self,
+        cfg: JobConfig,
+        train_dataset: Sequence[dict] | None,
+        valid_dataset: Sequence[dict] | None,
+        forward_step_func: Callable,
+        tokenizer_dir: str | None,
+        model_provider: Callable[[JobConfig], torch.nn.Module] | None,
+    ):
+        from megatron.core import parallel_state as ps
 
-    t, ckpt = cfg.training, cfg.training.checkpoint
-    if train_dataset is None:
-        train_dataset, valid_dataset, tokenizer_dir = default_datasets(cfg)
-    if tokenizer_dir is not None:
-        from vepo_mcore.tokenizer import load_tokenizer
+        from vepo_mcore.models.builder import build_model
+        from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, wrap_model
+        from vepo_mcore.training.runner import check_vocab
+        from vepo_mcore.training.sampler import micro_batches
 
-        n_ids = len(load_tokenizer(tokenizer_dir))
-        if n_ids > cfg.model.vocab_size:
-            raise ValueError(
-                f"model.vocab_size ({cfg.model.vocab_size}) is smaller than the tokenizer at {tokenizer_dir} "
-                f"({n_ids} ids): set model.vocab_size to {n_ids} (after tools/resize_embeddings.py for an "
-                "expanded tokenizer)"
+        t = cfg.training
+        if train_dataset is None:
+            train_dataset, valid_dataset, tokenizer_dir = default_datasets(cfg)
+        if tokenizer_dir is not None:
+            from vepo_mcore.tokenizer import load_tokenizer
+
+            check_vocab(cfg.model.vocab_size, len(load_tokenizer(tokenizer_dir)), tokenizer_dir)
+        self.cfg, self.forward_step_func, self.tokenizer_dir = cfg, forward_step_func, tokenizer_dir
+        self.train_dataset, self.valid_dataset = train_dataset, valid_dataset
+        self.dp_rank, self.dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
+        self.n_micro = num_microbatches(cfg, self.dp_size)
+        self.log_interval = t.logging.log_interval
+
+        self.model = wrap_model((model_provider or build_model)(cfg), cfg)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.scheduler = build_scheduler(self.optimizer, cfg)
+        self.iteration, self.consumed, self.resumed_from = 0, 0, None
+        state = resume_or_initialise(cfg, self.model, self.optimizer, self.scheduler)
+        if state is not None:
+            self.iteration, self.consumed, self.resumed_from = (
+                state.iteration,
+                state.consumed_samples,
+                state.path,
             )
-    dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
-    n_micro = num_microbatches(cfg, dp_size)
+        self.data = micro_batches(
+            train_dataset, self.consumed, t.micro_batch_size, self.dp_rank, self.dp_size
+        )
+        self.rows = getattr(
+            train_dataset, "rows_per_sample", 1
+        )  # sequences per sample: megatron's p2p shapes
 
-    model = wrap_model((model_provider or build_model)(cfg), cfg)
-    optimizer = build_optimizer(model, cfg)
-    scheduler = build_scheduler(optimizer, cfg)
-    iteration, consumed = 0, 0
-    state = resume_or_initialise(cfg, model, optimizer, scheduler)
-    if state is not None:
-        iteration, consumed = state.iteration, state.consumed_samples
+    def describe(self) -> str:
+        return describe_run(self.cfg, self.train_dataset, self.dp_size, self.n_micro, self.iteration)
 
-    def save(it: int) -> None:
+    def step(self) -> tuple[dict[str, float], int]:
+        t = self.cfg.training
+        metrics = train_step(
+            self.forward_step_func, self.data, self.model, self.optimizer, self.scheduler,
+            self.n_micro, t.seq_length, self.rows * t.micro_batch_size,
+        )  # fmt: skip
+        self.iteration, self.consumed = self.iteration + 1, self.consumed + t.global_batch_size
+        row = {f"train/{k}": v for k, v in metrics.items()}
+        if hasattr(self.train_dataset, "phase_of"):  # SFT curriculum: which phase the step came from
+            row["data/phase"] = float(
+                self.train_dataset.phase_of((self.consumed - 1) % len(self.train_dataset))[0]
+            )
+        return row, t.global_batch_size * self.rows * t.seq_length
+
+    def evaluate(self) -> dict[str, float] | None:
+        from vepo_mcore.training.sampler import micro_batches
+
+        if self.valid_dataset is None:
+            return None
+        t = self.cfg.training
+        valid = micro_batches(self.valid_dataset, 0, t.micro_batch_size, self.dp_rank, self.dp_size)
+        return evaluate(
+            self.forward_step_func, valid, self.model, t.eval_iters * self.n_micro, self.cfg, self.rows
+        )
+
+    def save(self) -> None:
+        from vepo_mcore.training.checkpointing import save_checkpoint
+
+        ckpt = self.cfg.training.checkpoint
         save_checkpoint(
-            ckpt.save, it, model, optimizer, scheduler, consumed_samples=consumed,
-            config=cfg, tokenizer_dir=tokenizer_dir, keep_last=ckpt.keep_last,
+            ckpt.save, self.iteration, self.model, self.optimizer, self.scheduler, consumed_samples=self.consumed,
+            config=self.cfg, tokenizer_dir=self.tokenizer_dir, keep_last=ckpt.keep_last,
         )  # fmt: skip
 
-    logger = MetricsLogger(cfg, iteration, is_writer=dist.get_rank() == 0, world_size=dist.get_world_size())
-    logger.message(describe_run(cfg, train_dataset, dp_size, n_micro, iteration))
-    if state is not None:
-        logger.message(f"resumed from {state.path} at step {iteration}")
-    data = micro_batches(train_dataset, consumed, t.micro_batch_size, dp_rank, dp_size)
-    rows = getattr(train_dataset, "rows_per_sample", 1)  # sequences per sample: megatron's p2p shapes
-    tokens_per_step = t.global_batch_size * rows * t.seq_length
-    history, last_saved, last_logged = [], iteration, iteration
-    while iteration < t.train_iters:
-        metrics = train_step(
-            forward_step_func,
-            data,
-            model,
-            optimizer,
-            scheduler,
-            n_micro,
-            t.seq_length,
-            rows * t.micro_batch_size,
-        )
-        iteration, consumed = iteration + 1, consumed + t.global_batch_size
-        row = {f"train/{k}": v for k, v in metrics.items()}
-        if hasattr(train_dataset, "phase_of"):  # SFT curriculum: which phase the step came from
-            row["data/phase"] = float(train_dataset.phase_of((consumed - 1) % len(train_dataset))[0])
-        history.append({"step": iteration, **row})
-        if iteration % t.logging.log_interval == 0 or iteration == t.train_iters:
-            steps, last_logged = iteration - last_logged, iteration
-            logger.log(iteration, row, tokens=tokens_per_step * steps, steps=steps)
-        if t.eval_interval and valid_dataset is not None and iteration % t.eval_interval == 0:
-            valid = micro_batches(valid_dataset, 0, t.micro_batch_size, dp_rank, dp_size)
-            result = evaluate(forward_step_func, valid, model, t.eval_iters * n_micro, cfg, rows)
-            valid_row = {f"valid/{k}": v for k, v in result.items()}
-            history[-1].update(valid_row)
-            logger.log(iteration, valid_row, tokens=None)
-            logger.reset_clock()
-        if ckpt.save and ckpt.save_interval and iteration % ckpt.save_interval == 0:
-            save(iteration)
-            last_saved = iteration
-            logger.reset_clock()  # tokens/s measures training, not checkpoint writes
-    if ckpt.save and last_saved != iteration:
-        save(iteration)
-    logger.close()
-    return history
+    def finish(self, history: list[dict[str, float]]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def resumes_own_checkpoint(cfg: JobConfig) -> bool:

@@ -1,4 +1,5 @@
-"""Training curves as PNG: reward, entropy, response length and KL per RL step (one run or many)."""
+"""Training curves as PNG, smoothed with the raw values faint: by default reward, entropy, response length
+and KL per RL step (one run or many); any metrics with `panels` (the reward model's losses and accuracies)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,116 @@
+"""One loop for every training job. CPT, SFT and the reward model (training/loop.py's LMTrainer) and
+RL (rl/trainer.py's RLTrainer) each plug in a step; the loop owns everything around the steps.
+
+    history = run_training(cfg.training.checkpoint, lambda: LMTrainer(cfg, ...))
+
+What the loop does, for every trainer alike:
+- takes the save folder's writer lock before the trainer is built (building resumes from it);
+- prints what runs and where it resumed;
+- steps to training.train_iters, logging a metrics row every `trainer.log_interval` steps (tokens/s
+  over the steps since the last row, the ETA);
+- evaluates every training.eval_interval steps when the trainer has something to evaluate;
+- saves every training.checkpoint.save_interval steps and at the end (not twice for one step);
+- tears down in a finally, whatever raised: the metrics writers, then the trainer's own resources
+  (the RL trainer's rollout engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import torch.distributed as dist
+
+from vepo_mcore.config.job import JobConfig
+from vepo_mcore.config.training import CheckpointConfig
+
+
+class Trainer(Protocol):
+    """What a job plugs into run_training."""
+
+    cfg: JobConfig
+    iteration: int
+    """Optimizer steps (RL: RL steps) done so far, resumed ones included."""
+    resumed_from: str | None
+    """The checkpoint the run continued from, or None for a fresh start."""
+    log_interval: int
+    """Steps per logged metrics row."""
+
+    def describe(self) -> str:
+        """The run's first line: what trains, on what, from which step to which."""
+
+    def step(self) -> tuple[dict[str, float], int]:
+        """One step: (its metrics, the tokens it processed on all ranks)."""
+
+    def evaluate(self) -> dict[str, float] | None:
+        """Validation metrics at an eval_interval step; None when the job has none."""
+
+    def save(self) -> None:
+        """A checkpoint of the current iteration."""
+
+    def finish(self, history: list[dict[str, float]]) -> None:
+        """After the last step of a run that did not raise (e.g. RL's curve plot)."""
+
+    def close(self) -> None:
+        """Release what the trainer holds outside the process (engines); runs even after an error."""
+
+
+def run_training(checkpoint: CheckpointConfig, build: Callable[[], Trainer]) -> list[dict[str, float]]:
+    """Build the trainer under the save folder's lock and run it; returns the metrics of the steps
+    this call ran (on every rank), one {"step": n, ...} row per step."""
+    from vepo_mcore.training.writer_lock import save_folder_lock
+
+    with save_folder_lock(checkpoint):  # one run writes a save folder at a time
+        trainer = build()
+        try:
+            return _loop(trainer)
+        finally:
+            trainer.close()
+
+
+def _loop(trainer: Trainer) -> list[dict[str, float]]:
+    from vepo_mcore.training.logging import MetricsLogger
+
+    cfg = trainer.cfg
+    t, ckpt = cfg.training, cfg.training.checkpoint
+    logger = MetricsLogger(
+        cfg, trainer.iteration, is_writer=dist.get_rank() == 0, world_size=dist.get_world_size()
+    )
+    try:
+        logger.message(trainer.describe())
+        if trainer.resumed_from:
+            logger.message(f"resumed from {trainer.resumed_from} at step {trainer.iteration}")
+        history: list[dict[str, float]] = []
+        last_saved = trainer.iteration if trainer.resumed_from else None
+        last_logged, tokens = trainer.iteration, 0
+        while trainer.iteration < t.train_iters:
+            metrics, step_tokens = trainer.step()
+            it, tokens = trainer.iteration, tokens + step_tokens
+            history.append({"step": it, **metrics})
+            if it % trainer.log_interval == 0 or it == t.train_iters:
+                logger.log(it, metrics, tokens=tokens, steps=it - last_logged)
+                last_logged, tokens = it, 0
+            if t.eval_interval and it % t.eval_interval == 0 and (valid := trainer.evaluate()) is not None:
+                row = {f"valid/{k}": v for k, v in valid.items()}
+                history[-1].update(row)
+                logger.log(it, row, tokens=None)
+                logger.reset_clock()
+            if ckpt.save and ckpt.save_interval and it % ckpt.save_interval == 0:
+                trainer.save()
+                last_saved = it
+                logger.reset_clock()  # tokens/s measures training, not checkpoint writes
+        if ckpt.save and last_saved != trainer.iteration:
+            trainer.save()
+        trainer.finish(history)
+        return history
+    finally:
+        logger.close()
+
+
+def check_vocab(vocab_size: int, n_ids: int, tokenizer: str) -> None:
+    """The model must have a row for every id of the tokenizer it trains on (n_ids, from `tokenizer`)."""
+    if n_ids > vocab_size:
+        raise ValueError(
+            f"model.vocab_size ({vocab_size}) is smaller than the tokenizer at {tokenizer} ({n_ids} ids): "
+            f"set model.vocab_size to {n_ids} (after tools/resize_embeddings.py for an expanded tokenizer)"
+        )
