@@ -3,7 +3,7 @@
 #
 #   # on every node (torchrun rendezvous through the usual variables):
 #   NNODES=4 NODE_RANK=$i MASTER_ADDR=node0 bash examples/vepo_rl_7b.sh
-#   bash examples/vepo_rl_7b.sh --dry-run                  # parse and validate the config only (CPU)
+#   NNODES=4 bash examples/vepo_rl_7b.sh --dry-run         # validate config + batch shape, print the memory plan (CPU)
 #   bash examples/vepo_rl_7b.sh --rl.loss.name dapo         # any dotted override
 #
 # Before: convert the SFT model (tools/convert_hf.py hf-to-megatron) into training.checkpoint.load.
@@ -13,13 +13,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CONFIG=${CONFIG:-examples/configs/vepo_7b.yaml}
-if [[ " $* " == *" --dry-run "* ]]; then
-  exec "${PYTHON:-python}" tools/train_vepo.py --config "$CONFIG" "$@"
-fi
-
 NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+if [[ " $* " == *" --dry-run "* ]]; then   # the config, the batch shape and the memory plan per GPU
+  exec "${PYTHON:-python}" tools/train_vepo.py --config "$CONFIG" --world-size $((NNODES * GPUS_PER_NODE)) "$@"
+fi
+
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 MASTER_PORT=${MASTER_PORT:-29500}
 

@@ -20,8 +20,13 @@ from vepo_mcore.config.job import JobConfig, job_from_cli  # noqa: E402
 def main(argv: list[str] | None = None) -> None:
     args, cfg = job_from_cli(argv, __doc__)
     if args.dry_run:
+        from vepo_mcore.training.memory_plan import memory_plan
+
         cfg.validate(args.world_size)
         print(dry_run_summary(cfg, args.world_size))
+        plan = memory_plan(cfg, args.world_size or cfg.parallel.model_parallel_size)
+        print(plan.format())
+        plan.check()
         return
 
     from vepo_mcore.parallel import destroy, init_distributed

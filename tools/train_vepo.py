@@ -19,7 +19,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run:
         import yaml
 
+        from vepo_mcore.rl.losses import get_loss
         from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
+        from vepo_mcore.training.memory_plan import memory_plan
 
         cfg = rl_job_config(cfg)
         if args.world_size:
@@ -28,6 +30,10 @@ def main(argv: list[str] | None = None) -> None:
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         print(f"config OK: {args.config}", file=sys.stderr)
+        plan = memory_plan(cfg, args.world_size or cfg.parallel.model_parallel_size, rl=True,
+                           critic=get_loss(cfg.rl.loss.name).needs_critic)  # fmt: skip
+        print(plan.format())
+        plan.check()
         return
     from vepo_mcore.parallel import destroy, init_distributed
     from vepo_mcore.rl.trainer import train_rl

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from vepo_mcore.config.base import load_config
 from vepo_mcore.config.data import DataConfig
 from vepo_mcore.config.eval import EvalConfig
+from vepo_mcore.config.memory import MemoryConfig
 from vepo_mcore.config.model import ModelConfig
 from vepo_mcore.config.parallel import ParallelConfig
 from vepo_mcore.config.rl import RLConfig
@@ -37,6 +38,8 @@ class JobConfig:
     """Evaluation."""
     rm: RMConfig = field(default_factory=RMConfig)
     """Reward-model training."""
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    """The GPU the memory plan is checked against (--dry-run)."""
 
     def validate(self, world_size: int | None = None) -> None:
         """Check every section; world-size-dependent checks run when world_size is given."""
@@ -48,6 +51,7 @@ class JobConfig:
         self.rl.validate()
         self.eval.validate()
         self.rm.validate()
+        self.memory.validate()
         if self.model.num_layers % self.parallel.pipeline_model_parallel_size:
             raise ValueError(
                 f"model.num_layers ({self.model.num_layers}) must be divisible by "

@@ -43,6 +43,13 @@ class ParallelConfig:
         if self.sequence_parallel and self.tensor_model_parallel_size == 1:
             raise ValueError("parallel.sequence_parallel needs parallel.tensor_model_parallel_size > 1")
 
+    @property
+    def model_parallel_size(self) -> int:
+        """TP * PP * CP: the ranks one model replica spans (the smallest world size)."""
+        return (
+            self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
+        )
+
     def data_parallel_size(self, world_size: int) -> int:
         return world_size // (
             self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size

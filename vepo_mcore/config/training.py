@@ -99,6 +99,11 @@ class TrainingConfig:
     """Seed for init, data order and dropout."""
     bf16: bool = False
     """Train in bf16 with fp32 master weights (GPU runs)."""
+    recompute: Literal["none", "selective", "full"] = "none"
+    """Activation recomputation (megatron's recompute_granularity): 'selective' recomputes core
+    attention (saves the [s, s] scores of the local spec; little with TE's flash attention, which
+    stores none), 'full' keeps only each layer's input and recomputes the layer in backward
+    (recompute_method uniform, one layer per checkpoint): ~1/3 more compute, a fraction of the memory."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     """Optimizer settings."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -62,6 +62,11 @@ def transformer_config(cfg: JobConfig):
             fp8_amax_history_len=m.fp8.amax_history_len,
             fp8_amax_compute_algo=m.fp8.amax_compute_algo,
         )
+    recompute = {}
+    if cfg.training.recompute != "none":
+        recompute = dict(recompute_granularity=cfg.training.recompute)
+    if cfg.training.recompute == "full":
+        recompute.update(recompute_method="uniform", recompute_num_layers=1)
     return TransformerConfig(
         num_layers=m.num_layers,
         hidden_size=m.hidden_size,
@@ -95,6 +100,7 @@ def transformer_config(cfg: JobConfig):
         persist_layer_norm=False,
         gradient_accumulation_fusion=False,
         **fp8,
+        **recompute,
     )
 
 
