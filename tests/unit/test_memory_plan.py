@@ -122,6 +122,9 @@ def test_the_7b_recipes_fit_an_80_gb_h100():
     cpt.check()
     rl.check()
     assert 20 < cpt.peak / GIB < 30 and 45 < rl.peak / GIB < 60
+    # RL sequences: the longest FLORES prompt budget (640) + max_new_tokens (512); only the response
+    # positions reach the output layer without sequence parallelism.
+    assert "micro-batch 4 x 1152 tokens" in rl.layout and "logits [2,048, 38,016]" in rl.format()
 
 
 def test_a_plan_over_the_gpu_fails_naming_the_setting():

@@ -306,6 +306,41 @@ def _fp8_item(cfg: JobConfig, layers_params: float) -> list[MemoryItem]:
     ]
 
 
+def sequence_length(cfg: JobConfig, rl: bool) -> int:
+    """Tokens per training sequence: training.seq_length, or for RL the longest prompt
+    (memory.rl_prompt_tokens) + rl.rollout.sampling.max_new_tokens, rounded up to FP8's multiple as
+    rl/experience.py pads it (16, x TP under sequence parallelism)."""
+    if not rl:
+        return cfg.training.seq_length
+    p = cfg.parallel
+    multiple = (
+        16 * (p.tensor_model_parallel_size if p.sequence_parallel else 1) if cfg.model.fp8.format else 1
+    )
+    length = cfg.memory.rl_prompt_tokens + cfg.rl.rollout.sampling.max_new_tokens
+    return -(-length // multiple) * multiple
+
+
+def _output_item(cfg: JobConfig, tokens: float, vocab: int, rl: bool) -> MemoryItem:
+    """The last stage's output layer for one micro-batch of `tokens` on this rank: the final norm's
+    input and output (2 + 2 bytes x h a token, split over TP under sequence parallelism) and the
+    logits [positions, V_pad / TP] of the positions a loss reads (QwenGPTModel's output_mask; all of
+    them under sequence parallelism, and for CPT every position carries a loss)."""
+    m, p, t = cfg.model, cfg.parallel, cfg.training
+    tp, cp, sp = p.tensor_model_parallel_size, p.context_parallel_size, p.sequence_parallel
+    positions = tokens if (sp or not rl) else t.micro_batch_size * cfg.rl.rollout.sampling.max_new_tokens / cp
+    norm = 4 * m.hidden_size * tokens / (tp if sp else 1)
+    shape = f"logits [{positions:,.0f}, {vocab // tp:,}]"
+    if rl:  # rl.logprobs: the bf16 logits, their gradient in backward, two work buffers
+        size, detail = (
+            norm + 4 * positions * vocab / tp + LOGPROB_WORK_BYTES,
+            f"{shape} bf16 + grad, 2 x 32 MiB",
+        )
+    else:  # megatron's vocab-parallel cross-entropy keeps an fp32 copy (its softmax) beside the bf16 logits
+        size, detail = norm + 6 * positions * vocab / tp, f"{shape} bf16 + fp32 (cross-entropy)"
+    return MemoryItem("output layer", size, detail, "training",
+                      "training.micro_batch_size, parallel.tensor_model_parallel_size")  # fmt: skip
+
+
 def memory_plan(cfg: JobConfig, world_size: int, *, rl: bool = False, critic: bool = False) -> MemoryPlan:
     """The plan of `cfg` on `world_size` GPUs. `rl`: cfg is rl.trainer.rl_job_config's (global batch
     derived from the RL section) and the plan adds the colocated engine (rl.rollout.engine 'sglang'),
@@ -320,13 +355,7 @@ def memory_plan(cfg: JobConfig, world_size: int, *, rl: bool = False, critic: bo
     counts = parameter_counts(m, vocab)
     tied = m.tie_word_embeddings
     flash = m.transformer_impl != "local"
-    if rl:
-        multiple = 16 * (tp if p.sequence_parallel else 1) if m.fp8.format else 1
-        seq = (
-            -(-(cfg.memory.rl_prompt_tokens + cfg.rl.rollout.sampling.max_new_tokens) // multiple) * multiple
-        )
-    else:
-        seq = t.seq_length
+    seq = sequence_length(cfg, rl)
     microbatches = max(1, t.global_batch_size // (t.micro_batch_size * dp))
     tokens = t.micro_batch_size * seq / cp
     sp = p.sequence_parallel
@@ -347,24 +376,12 @@ def memory_plan(cfg: JobConfig, world_size: int, *, rl: bool = False, critic: bo
     rebuilt = (
         layer_activation_bytes(tokens=tokens, recompute="none", **shape) if t.recompute == "full" else 0.0
     )
-    sp_div = tp if sp else 1
     act_setting = "training.micro_batch_size, training.recompute, parallel.tensor_model_parallel_size" + (
         "" if sp else " with parallel.sequence_parallel true"
     )
     act_setting += ", rl.rollout.sampling.max_new_tokens" if rl else ", training.seq_length"
 
-    # Output layer (last stage, one micro-batch): final norm input + output, and the logits.
-    out_tokens = (
-        tokens if (sp or not rl) else t.micro_batch_size * cfg.rl.rollout.sampling.max_new_tokens / cp
-    )
-    logits = out_tokens * vocab / tp
-    if rl:
-        output_bytes = 4 * m.hidden_size * tokens / sp_div + 4 * logits + LOGPROB_WORK_BYTES
-        output_detail = f"logits [{out_tokens:,.0f}, {vocab // tp:,}] bf16 + grad, 2 x 32 MiB chunks"
-    else:
-        output_bytes = 4 * m.hidden_size * tokens / sp_div + 6 * logits
-        output_detail = f"logits [{out_tokens:,.0f}, {vocab // tp:,}] bf16 + fp32 (cross-entropy)"
-
+    output = _output_item(cfg, tokens, vocab, rl)
     stages = ("first",) if pp == 1 else ("first", "last")
     plans = []
     for stage in stages:
@@ -391,15 +408,7 @@ def memory_plan(cfg: JobConfig, world_size: int, *, rl: bool = False, critic: bo
             )
         )
         if stage == "last" or pp == 1:
-            items.append(
-                MemoryItem(
-                    "output layer",
-                    output_bytes,
-                    output_detail,
-                    "training",
-                    "training.micro_batch_size, parallel.tensor_model_parallel_size",
-                )
-            )
+            items.append(output)
         notes: list[str] = []
         if rl:
             items += _rl_items(cfg, params, counts, dp, critic, notes)
@@ -525,5 +534,6 @@ __all__ = [
     "layer_activation_bytes",
     "memory_plan",
     "parameter_counts",
+    "sequence_length",
     "stage_parameters",
 ]
