@@ -29,14 +29,11 @@ def main(argv: list[str] | None = None) -> None:
         plan.check()
         return
 
-    from vepo_mcore.parallel import destroy, init_distributed
+    from vepo_mcore.parallel import distributed
     from vepo_mcore.training.loop import pretrain
 
-    init_distributed(cfg.parallel.backend, timeout_minutes=cfg.parallel.distributed_timeout_minutes)
-    try:
+    with distributed(cfg.parallel):
         pretrain(cfg)
-    finally:
-        destroy()
 
 
 def dry_run_summary(cfg: JobConfig, world_size: int | None) -> str:

@@ -19,7 +19,7 @@ from vepo_mcore.config.cli import run_cli
 
 def main(argv: list[str] | None = None) -> dict:
     from vepo_mcore.config.job import job_from_cli
-    from vepo_mcore.parallel import destroy, init_distributed
+    from vepo_mcore.parallel import distributed
     from vepo_mcore.rm.train import train_and_report
 
     args, cfg = job_from_cli(argv, __doc__)
@@ -29,11 +29,8 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     if not cfg.training.checkpoint.save:
         raise ValueError("training.checkpoint.save must be set: the RM is evaluated and served from it")
-    init_distributed(cfg.parallel.backend, timeout_minutes=cfg.parallel.distributed_timeout_minutes)
-    try:
+    with distributed(cfg.parallel):
         return train_and_report(cfg)
-    finally:
-        destroy()
 
 
 if __name__ == "__main__":

@@ -35,14 +35,11 @@ def main(argv: list[str] | None = None) -> None:
         print(plan.format())
         plan.check()
         return
-    from vepo_mcore.parallel import destroy, init_distributed
+    from vepo_mcore.parallel import distributed
     from vepo_mcore.rl.trainer import train_rl
 
-    init_distributed(cfg.parallel.backend, timeout_minutes=cfg.parallel.distributed_timeout_minutes)
-    try:
+    with distributed(cfg.parallel):
         train_rl(cfg)
-    finally:
-        destroy()
 
 
 if __name__ == "__main__":

@@ -6,10 +6,12 @@ init_model_parallel(cfg.parallel, seed=1234)   # megatron.core parallel_state + 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
 import warnings
+from collections.abc import Iterator
 from datetime import timedelta
 
 import numpy as np
@@ -92,6 +94,17 @@ def init_model_parallel(pcfg: ParallelConfig, seed: int = 1234) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)  # first: on CPU the tracker snapshots this generator for each of its streams
     model_parallel_cuda_manual_seed(seed)
+
+
+@contextlib.contextmanager
+def distributed(parallel: ParallelConfig) -> Iterator[tuple[int, int]]:
+    """An entry script's process group: joined from torchrun's environment with parallel.backend and
+    its timeout, torn down on the way out whatever raised. Yields (rank, world_size)."""
+    ranks = init_distributed(parallel.backend, timeout_minutes=parallel.distributed_timeout_minutes)
+    try:
+        yield ranks
+    finally:
+        destroy()
 
 
 def destroy() -> None:
