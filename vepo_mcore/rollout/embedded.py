@@ -8,8 +8,8 @@ only on relative positions, so the shift the padding causes does not change atte
 Two decoders run the same model:
   * at TP=1, PP=1 on megatron's local layer spec (the CPU runs: quickstart, toy recipe), the
     static-cache decoder (static_decode.py): the model's own parameter tensors, a preallocated KV
-    cache, last-position logits over the real vocabulary; ~1.5-2x transformers' `generate` on CPU
-    (benchmarks/embedded_generate.py), where megatron's inference forward was slower than it;
+    cache, last-position logits over the real vocabulary: 1.4-1.9x transformers' `generate` on CPU
+    (benchmarks/RESULTS.md), where megatron's inference forward ran at 0.7-0.8x;
   * everywhere else megatron's inference forward with its StaticInferenceContext (an explicit
     [b, 1, q, k] mask hides the padding keys; PP > 1 passes hidden states between stages with
     send/recv, like training).
