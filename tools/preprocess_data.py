@@ -32,7 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json-key", default="text", help="jsonl field / parquet column holding the text")
     p.add_argument("--input-format", choices=FORMATS, default=None, help="override detection by extension")
     p.add_argument("--tokenizer-dir", default=None, help="tokenizer directory (default: shipped Qwen2.5)")
-    p.add_argument("--workers", type=int, default=1, help="tokenising processes")
+    p.add_argument("--workers", type=int, default=1, help="tokenizer threads (above 8 spread over processes)")
     p.add_argument("--chunk-size", type=int, default=256, help="lines per work item sent to a worker")
     p.add_argument(
         "--append-eod", action=argparse.BooleanOptionalAction, default=True, help="EOD after each doc"

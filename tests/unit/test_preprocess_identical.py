@@ -1,10 +1,12 @@
 """The .bin/.idx bytes of tools/preprocess_data.py stay what they were, and match megatron.core's writer.
 
 GOLDEN holds the sha256 of the files that preprocess() wrote at commit 2ea52c0 (before the
-throughput work of issue 19, when the writer was megatron.core's IndexedDatasetBuilder) for
-the corpus below: FLORES documents in all ten languages, edge cases (empty and blank-only
-text, a literal <|endoftext|>, CRLF, emoji, a long document), bad lines skipped, and all
-input formats, through the worker pool in small chunks and in-process without EOD.
+throughput work of issue 19, when the writer was megatron.core's IndexedDatasetBuilder and
+workers were always processes) for the corpus below: FLORES documents in all ten languages,
+edge cases (empty and blank-only text, a literal <|endoftext|>, CRLF, emoji, a long
+document), bad lines skipped, and all input formats, with two workers in small chunks and with
+one worker without EOD. The same bytes must come out of every way of running it: threads in
+this process, a process pool, any chunk size.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from vepo_mcore.data import preprocess as preprocess_module
 from vepo_mcore.data.corpus import flores_documents
 from vepo_mcore.data.indexed import DocumentWriter, read_documents, token_dtype
 from vepo_mcore.data.preprocess import preprocess
@@ -26,7 +29,7 @@ from vepo_mcore.languages import LANGS
 from vepo_mcore.tokenizer import load_tokenizer
 
 GOLDEN = {
-    "pool": {
+    "two_workers": {
         ".bin": "891c41b3d2f116a999cec0674e4338f4d1b20ef76d63caf97cdd08bab1d8fb42",
         ".idx": "55a4e7c2962ad81c6ebacdfe754c270f6e5d0d7025d02084138d050058a7383f",
     },
@@ -36,7 +39,7 @@ GOLDEN = {
     },
 }
 # What the same runs counted (documents, tokens, empty documents, bad lines skipped).
-GOLDEN_COUNTS = {"pool": (152, 53252, 2, 7), "inline_no_eod": (152, 53100, 2, 7)}
+GOLDEN_COUNTS = {"two_workers": (152, 53252, 2, 7), "inline_no_eod": (152, 53100, 2, 7)}
 
 EDGE_CASES = [
     "",
@@ -70,7 +73,7 @@ def write_corpus(tmp: Path) -> list[Path]:
 
 
 RUNS = {
-    "pool": dict(workers=2, chunk_size=7),
+    "two_workers": dict(workers=2, chunk_size=7),
     "inline_no_eod": dict(workers=1, append_eod=False),
 }
 
@@ -100,10 +103,23 @@ def test_output_bytes_are_the_golden_ones(outputs, run):
     assert counts == GOLDEN_COUNTS[run]
 
 
+@pytest.mark.parametrize("threads_per_process, workers, chunk_size", [(1, 2, 7), (2, 3, 50), (8, 3, 1000)])
+def test_every_way_of_running_writes_the_golden_bytes(
+    tmp_path, monkeypatch, threads_per_process, workers, chunk_size
+):
+    """Process pool (2 x 1 thread, 2 x 2 threads) and 3 threads in-process in one big chunk: same bytes."""
+    monkeypatch.setattr(preprocess_module, "THREADS_PER_PROCESS", threads_per_process)
+    inputs = write_corpus(tmp_path)
+    prefix = tmp_path / "other_text_document"
+    preprocess(inputs, prefix, skip_bad_lines=True, progress=False, workers=workers, chunk_size=chunk_size)
+    got = {suffix: digest(Path(f"{prefix}{suffix}")) for suffix in (".bin", ".idx")}
+    assert got == GOLDEN["two_workers"]
+
+
 def test_documents_are_the_tokenizer_ids_plus_eod(outputs, tmp_path):
     """Independent of the digests: each document read back by megatron.core is encode(text) + EOD."""
     tok = load_tokenizer()
-    docs = read_documents(outputs["pool"][0])
+    docs = read_documents(outputs["two_workers"][0])
     first = [d for lang in LANGS for d in flores_documents(lang, 4)[:12]]
     assert [d.tolist() for d in docs[: len(first)]] == [tok.encode(t) + [tok.eod_id] for t in first]
     tail = [t for t in EDGE_CASES if t]

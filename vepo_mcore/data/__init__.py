@@ -11,7 +11,10 @@ megatron.core is imported inside the functions that need it, so importing this p
 
 from __future__ import annotations
 
-from vepo_mcore.config.job import JobConfig
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the config (yaml, dataclasses) is not needed to tokenise: keep the tool's start-up short
+    from vepo_mcore.config.job import JobConfig
 
 
 def build_datasets(cfg: JobConfig, train_samples: int, valid_samples: int = 0):

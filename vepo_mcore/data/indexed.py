@@ -1,7 +1,8 @@
 """Megatron indexed datasets (.bin/.idx): naming, token dtype, writing documents, reading them back.
 
 The files are megatron.core's IndexedDataset format, the one Megatron-LM's
-tools/preprocess_data.py writes, so either tool's output feeds either trainer:
+tools/preprocess_data.py writes, so either tool's output feeds either trainer. Writing needs
+numpy only (no megatron.core, no torch); reading goes through megatron.core's IndexedDataset:
 
     prefix = dataset_prefix("out/cpt", "th")          # out/cpt_th_text_document
     with DocumentWriter(prefix, vocab_size=len(tok)) as writer:
@@ -12,6 +13,7 @@ tools/preprocess_data.py writes, so either tool's output feeds either trainer:
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -26,63 +28,75 @@ def dataset_prefix(output_prefix: str | Path, lang: str | None = None, key: str 
     return "_".join(parts)
 
 
-def token_dtype(vocab_size: int) -> type[np.number]:
-    """Smallest dtype Megatron-LM picks for the ids: uint16 below 65,500 ids, else int32."""
-    from megatron.core.datasets.indexed_dataset import DType
+# megatron.core.datasets.indexed_dataset's .idx layout (_IndexWriter), written here so that the
+# tokenising tool does not import megatron.core (and torch): that import was most of its start-up.
+# tests/unit/test_preprocess_identical.py checks the bytes against megatron.core's own writer.
+_INDEX_HEADER = b"MMIDIDX\x00\x00"
+_INDEX_VERSION = 1
+_DTYPE_CODES = {np.uint16: 8, np.int32: 4}  # megatron.core's DType enum values
 
-    return DType.optimal_dtype(vocab_size)
+
+def token_dtype(vocab_size: int) -> type[np.number]:
+    """Smallest dtype Megatron-LM picks for the ids (DType.optimal_dtype): uint16 below 65,500 ids, else int32."""
+    return np.uint16 if vocab_size < 65500 else np.int32
 
 
 class DocumentWriter:
-    """Writes documents to `<prefix>.bin` / `<prefix>.idx` through megatron.core's IndexedDatasetBuilder.
+    """Writes documents to `<prefix>.bin` / `<prefix>.idx` in megatron.core's IndexedDataset format.
 
-    One document = one sequence (Megatron-LM's default without sentence splitting). On an
-    exception inside the `with` block the partial files are removed, so a failed run never
-    leaves a .bin without its .idx.
+    One document = one sequence (Megatron-LM's default without sentence splitting); the files
+    are byte for byte what megatron.core's IndexedDatasetBuilder.add_document + finalize write.
+    On an exception inside the `with` block the partial files are removed, so a failed run
+    never leaves a .bin without its .idx.
     """
 
     def __init__(self, prefix: str | Path, vocab_size: int):
-        from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
         self.prefix = str(prefix)
         self.dtype = token_dtype(vocab_size)
         Path(self.prefix).parent.mkdir(parents=True, exist_ok=True)
-        self._builder = IndexedDatasetBuilder(self.prefix + ".bin", dtype=self.dtype)
+        self._data_file = open(self.prefix + ".bin", "wb")  # noqa: SIM115 (closed by finalize/abort)
+        self._lengths: list[np.ndarray] = []
         self.num_documents = 0
         self.num_tokens = 0
 
     def add(self, ids: np.ndarray | list[int]) -> None:
         """Append one document of token ids [n] (n > 0)."""
         ids = np.asarray(ids, dtype=self.dtype)
-        self._builder.add_document(ids, [int(ids.size)])
-        self.num_documents += 1
-        self.num_tokens += int(ids.size)
+        self.add_many(ids, [ids.size])
 
-    def add_many(self, flat: np.ndarray, lengths: np.ndarray) -> None:
-        """Append len(lengths) documents stored back to back in flat [sum(lengths)] (one write call).
-
-        Same bytes and index entries as add() per document; used by the preprocessing loop,
-        where per-document calls cost more than the tokenising workers on small documents.
-        """
+    def add_many(self, flat: np.ndarray, lengths: np.ndarray | list[int]) -> None:
+        """Append len(lengths) documents stored back to back in flat [sum(lengths)] (one write call)."""
         flat = np.ascontiguousarray(flat, dtype=self.dtype)
-        lengths = [int(n) for n in lengths]
-        if sum(lengths) != flat.size:
-            raise ValueError(f"lengths sum to {sum(lengths)} but {flat.size} tokens were given")
-        if not lengths:
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if int(lengths.sum()) != flat.size:
+            raise ValueError(f"lengths sum to {int(lengths.sum())} but {flat.size} tokens were given")
+        if not lengths.size:
             return
-        b = self._builder
-        b.data_file.write(flat.tobytes(order="C"))
-        first = len(b.sequence_lengths)
-        b.sequence_lengths.extend(lengths)
-        b.document_indices.extend(range(first + 1, first + len(lengths) + 1))
-        self.num_documents += len(lengths)
-        self.num_tokens += flat.size
+        self._data_file.write(flat.data)
+        self._lengths.append(lengths)
+        self.num_documents += int(lengths.size)
+        self.num_tokens += int(flat.size)
 
     def finalize(self) -> None:
-        self._builder.finalize(self.prefix + ".idx")
+        """Close the .bin and write the .idx: header, counts, lengths, byte offsets, document bounds."""
+        self._data_file.close()
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        offsets = np.zeros(lengths.size, dtype=np.int64)
+        np.cumsum(lengths[:-1] * np.dtype(self.dtype).itemsize, out=offsets[1:])
+        # One sequence per document, so document d ends after sequence d: bounds are 0..n.
+        bounds = np.arange(lengths.size + 1, dtype=np.int64)
+        with open(self.prefix + ".idx", "wb") as f:
+            f.write(_INDEX_HEADER)
+            f.write(struct.pack("<Q", _INDEX_VERSION))
+            f.write(struct.pack("<B", _DTYPE_CODES[self.dtype]))
+            f.write(struct.pack("<Q", lengths.size))  # sequences
+            f.write(struct.pack("<Q", bounds.size))  # document bounds (documents + 1)
+            f.write(lengths.astype(np.int32).tobytes())
+            f.write(offsets.tobytes())
+            f.write(bounds.tobytes())
 
     def abort(self) -> None:
-        self._builder.data_file.close()
+        self._data_file.close()
         for suffix in (".bin", ".idx"):
             if os.path.exists(self.prefix + suffix):
                 os.remove(self.prefix + suffix)

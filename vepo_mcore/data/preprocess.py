@@ -3,9 +3,13 @@
     summary = preprocess(["th.jsonl"], "out/cpt_th_text_document", workers=4)
     print(summary.report())
 
-Reading stays in the main process (files are read as bytes, line by line, so a bad line is
-reported with its file and line number); decoding, JSON parsing and tokenisation run in the
-workers on chunks of lines (`Pool.imap`, order preserved). Each document gets the EOD token
+Reading stays in the main thread (files are read as bytes, line by line, so a bad line is
+reported with its file and line number); decoding, JSON parsing and tokenisation run on chunks
+of lines, results in input order. Up to THREADS_PER_PROCESS workers are threads of `tokenizers`'
+own pool in this process: two Python threads take turns on the chunks, so one converts ids while
+the other's encode_batch runs (it releases the GIL), and there is no pickling and no second copy
+of the tokenizer. More workers than that start processes (`Pool.imap`), each with a share of
+the threads, so the Python work per chunk is spread too. Each document gets the EOD token
 appended (Megatron-LM's --append-eod). A bad line (invalid UTF-8, bad JSON, missing or
 non-string text field, null parquet cell) stops the run with a ValueError naming file and
 line, or with `skip_bad_lines` is skipped and counted in the summary; empty documents are
@@ -19,8 +23,9 @@ import json
 import multiprocessing
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,9 +151,20 @@ def _chunks(
 _WORKER: dict = {}
 
 
-def _init_worker(tokenizer_dir: str | None, text_key: str, append_eod: bool, dtype: type) -> None:
-    # One tokenizer thread per worker: `workers` is the whole parallelism, as in Megatron-LM.
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+THREADS_PER_PROCESS = 8
+"""Most tokenizer threads one process drives: beyond it, its Python work (JSON, ids) is the limit."""
+
+
+def _init_worker(
+    tokenizer_dir: str | None, text_key: str, append_eod: bool, dtype: type, threads: int
+) -> None:
+    # `threads` is this process's share of --workers. tokenizers sizes its pool from RAYON_NUM_THREADS
+    # when it first encodes in parallel (a pool already started in this process keeps its size). A
+    # TOKENIZERS_PARALLELISM=false already set is kept (one thread): the user's choice, or tokenizers'
+    # own in a process forked after its pool started, where that pool would deadlock.
+    if os.environ.get("TOKENIZERS_PARALLELISM", "").lower() not in ("false", "0", "off", "no"):
+        os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
+        os.environ["RAYON_NUM_THREADS"] = str(threads)
     tok = load_tokenizer(tokenizer_dir)
     _WORKER.update(tok=tok, text_key=text_key, append_eod=append_eod, dtype=dtype)
 
@@ -218,14 +234,15 @@ def _encode_chunk(job: tuple[int, str, list[tuple[int, object]]]) -> tuple:
             empty.append(line_no)
     encoded = tok.encode_batch(texts) if texts else []
     eod = [tok.eod_id] if _WORKER["append_eod"] else []
-    lengths, pieces = [], []
+    lengths, flat = [], []
     for line_no, ids in zip(lines, encoded):
         if not ids:  # text that tokenises to nothing (cannot happen with byte-level BPE, but be safe)
             empty.append(line_no)
             continue
-        pieces.append(ids + eod)
+        flat += ids  # one list of ints, then one C-level conversion: no per-token Python generator
+        flat += eod
         lengths.append(len(ids) + len(eod))
-    flat = np.fromiter((t for p in pieces for t in p), dtype=_WORKER["dtype"], count=sum(lengths))
+    flat = np.array(flat, dtype=_WORKER["dtype"])
     return file_index, np.asarray(lengths, dtype=np.int64), flat, errors, len(empty)
 
 
@@ -267,7 +284,8 @@ def preprocess(
 ) -> PreprocessSummary:
     """Tokenise `inputs` (in order) into `<prefix>.bin/.idx`; returns counts of what was written and skipped.
 
-    workers=1 tokenises in this process; more starts a multiprocessing Pool of that size.
+    workers = tokenizer threads; up to THREADS_PER_PROCESS they run in this process, more are
+    spread over a multiprocessing Pool of ceil(workers / THREADS_PER_PROCESS) processes.
     Raises BadInputError (a ValueError) naming file and line on the first bad line unless
     skip_bad_lines; FileNotFoundError for a missing input.
     """
@@ -279,22 +297,26 @@ def preprocess(
     tokenizer_dir = str(tokenizer_dir) if tokenizer_dir is not None else None
     vocab_size = load_tokenizer(tokenizer_dir).vocab_size
     summary = PreprocessSummary(prefix=str(prefix), files=[str(p) for p in paths])
-    # The writer (and so megatron.core) is set up before the pool forks: workers inherit the
-    # imports instead of paying for them, and the clock measures tokenising only.
+    # vocab_size sets the token dtype; the tokenizer stays cached for the in-process workers.
     writer = DocumentWriter(prefix, vocab_size)
-    init_args = (tokenizer_dir, text_key, append_eod, writer.dtype)
+    processes = -(-workers // THREADS_PER_PROCESS)
+    init_args = (tokenizer_dir, text_key, append_eod, writer.dtype, -(-workers // processes))
     jobs = _chunks(paths, formats, text_key, chunk_size)
-    saved_env = os.environ.get("TOKENIZERS_PARALLELISM")
-    pool = None
+    saved_env = {name: os.environ.get(name) for name in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
+    pool = threads = None
     bar = _progress_bar(progress)
     start = time.perf_counter()
     try:
         with writer:
-            if workers == 1:
+            if processes == 1:
                 _init_worker(*init_args)
-                results = map(_encode_chunk, jobs)
+                threads = ThreadPoolExecutor(2 if workers > 1 else 1)
+                results = _in_order(threads, _encode_chunk, jobs, in_flight=4)
             else:
-                pool = multiprocessing.Pool(workers, initializer=_init_worker, initargs=init_args)
+                # Fresh interpreters: a forked child would inherit this process's tokenizer thread pool
+                # (if one was started) without its threads.
+                spawn = multiprocessing.get_context("spawn")
+                pool = spawn.Pool(processes, initializer=_init_worker, initargs=init_args)
                 results = pool.imap(_encode_chunk, jobs, chunksize=1)
             for file_index, lengths, flat, errors, empty in results:
                 for line_no, reason in errors:
@@ -317,13 +339,16 @@ def preprocess(
         if pool is not None:
             pool.terminate()
             pool.join()
+        if threads is not None:
+            threads.shutdown(cancel_futures=True)
         if bar is not None:
             bar.close()
-        if workers == 1:  # _init_worker ran in this process: give the caller its environment back
-            if saved_env is None:
-                os.environ.pop("TOKENIZERS_PARALLELISM", None)
-            else:
-                os.environ["TOKENIZERS_PARALLELISM"] = saved_env
+        if processes == 1:  # _init_worker ran in this process: give the caller its environment back
+            for name, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     summary.seconds = time.perf_counter() - start
     if summary.documents == 0:  # an empty dataset would only fail later, inside megatron's sampler
         for suffix in (".bin", ".idx"):
@@ -335,6 +360,17 @@ def preprocess(
             f"(jsonl: the text under --json-key, here {text_key!r})"
         )
     return summary
+
+
+def _in_order(executor: ThreadPoolExecutor, fn, jobs: Iterator, in_flight: int) -> Iterator:
+    """fn(job) for each job, run on the executor with at most in_flight jobs read ahead; results in order."""
+    pending: deque[Future] = deque()
+    for job in jobs:
+        pending.append(executor.submit(fn, job))
+        if len(pending) >= in_flight:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
 
 def _progress_bar(enabled: bool):
