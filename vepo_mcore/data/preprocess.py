@@ -313,10 +313,9 @@ def preprocess(
                 threads = ThreadPoolExecutor(2 if workers > 1 else 1)
                 results = _in_order(threads, _encode_chunk, jobs, in_flight=4)
             else:
-                # Fresh interpreters: a forked child would inherit this process's tokenizer thread pool
-                # (if one was started) without its threads.
-                spawn = multiprocessing.get_context("spawn")
-                pool = spawn.Pool(processes, initializer=_init_worker, initargs=init_args)
+                # Forked after this process used tokenizers' thread pool, a child finds
+                # TOKENIZERS_PARALLELISM=false (set by tokenizers) and _init_worker keeps it.
+                pool = multiprocessing.Pool(processes, initializer=_init_worker, initargs=init_args)
                 results = pool.imap(_encode_chunk, jobs, chunksize=1)
             for file_index, lengths, flat, errors, empty in results:
                 for line_no, reason in errors:
