@@ -115,7 +115,9 @@ def _rl_micro(device, b: int = 2, s: int = 5) -> Experience:
         **{k: zeros(b, s) for k in ("old_logp", "ref_logp", "advantages", "old_values", "returns")},
         rewards=zeros(b),
         group_ids=zeros(b, dtype=torch.long),
-        keep=torch.ones(b, dtype=torch.bool, device=device),  # decided on the whole batch, as the trainer does
+        keep=torch.ones(
+            b, dtype=torch.bool, device=device
+        ),  # decided on the whole batch, as the trainer does
         response_lengths=torch.ones(b, dtype=torch.long, device=device),
         max_response_length=8,
     )
