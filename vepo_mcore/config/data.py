@@ -13,7 +13,8 @@ class SFTPhaseConfig:
     name: str = "phase"
     """Phase name for logs."""
     paths: dict[str, str] = field(default_factory=dict)
-    """Source name -> jsonl file of ChatML conversations."""
+    """Source name -> jsonl file of ChatML conversations (tokenised at start-up), or the output prefix
+    of tools/preprocess_sft.py (read memory-mapped: millions of conversations)."""
     weights: dict[str, float] = field(default_factory=dict)
     """Source name -> sampling weight (missing = equal)."""
     num_samples: int = 0
@@ -56,6 +57,9 @@ class DataConfig:
     """SFT: put a block-diagonal causal [1, s, s] mask (True = masked out, megatron's convention)
     in each sample so packed conversations never attend to each other. Off: only `segment_ids`
     (conversation index per token, -1 on padding) is given, e.g. for TE's packed-sequence path."""
+    sft_valid_fraction: float = 0.0
+    """SFT: share of every source's conversations held out (seeded by training.seed) as the validation
+    set that training.eval_interval evaluates; 0 = no validation set."""
     num_workers: int = 0
     """DataLoader workers."""
 
@@ -84,6 +88,8 @@ class DataConfig:
                 )
         if self.reset_attention_mask and not self.create_attention_mask:
             raise ValueError("data.reset_attention_mask needs data.create_attention_mask: true")
+        if not 0.0 <= self.sft_valid_fraction < 1.0:
+            raise ValueError(f"data.sft_valid_fraction must be in [0, 1), got {self.sft_valid_fraction}")
         for i, phase in enumerate(self.sft_phases):
             if phase.num_samples < 0:
                 raise ValueError(f"data.sft_phases[{i}].num_samples must be >= 0, got {phase.num_samples}")

@@ -25,6 +25,7 @@ number (consumed samples), so resuming is exact.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,12 +59,12 @@ def validate_messages(messages: object) -> list[dict[str, str]]:
     return [{"role": msg["role"], "content": msg["content"]} for msg in messages]
 
 
-def read_conversations(path: str | Path) -> list[list[dict[str, str]]]:
-    """All conversations of a ChatML jsonl file; ValueError naming file and line on a bad line."""
+def iter_conversations(path: str | Path) -> Iterator[tuple[int, list[dict[str, str]]]]:
+    """(line number, conversation) for every non-blank line of a ChatML jsonl file, streamed;
+    ValueError naming file and line on a bad line, FileNotFoundError if the file is missing."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"SFT file {path} does not exist")
-    conversations = []
     with path.open("rb") as f:
         for line_no, raw in enumerate(f, start=1):
             try:
@@ -73,13 +74,19 @@ def read_conversations(path: str | Path) -> list[list[dict[str, str]]]:
                 record = json.loads(line)
                 if not isinstance(record, dict) or "messages" not in record:
                     raise ValueError('expected an object with a "messages" list')
-                conversations.append(validate_messages(record["messages"]))
+                conversation = validate_messages(record["messages"])
             except UnicodeDecodeError as exc:
                 raise ValueError(f"{path}:{line_no}: invalid UTF-8 at byte {exc.start}") from None
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{line_no}: bad JSON ({exc.msg} at column {exc.colno})") from None
             except ValueError as exc:
                 raise ValueError(f"{path}:{line_no}: {exc}") from None
+            yield line_no, conversation
+
+
+def read_conversations(path: str | Path) -> list[list[dict[str, str]]]:
+    """All conversations of a ChatML jsonl file; ValueError naming file and line on a bad line."""
+    conversations = [conversation for _, conversation in iter_conversations(path)]
     if not conversations:
         raise ValueError(f"SFT file {path} has no conversations")
     return conversations
@@ -229,16 +236,10 @@ def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
     return counts
 
 
-def mixture_order(
+def mixture_arrays(
     sizes: dict[str, int], weights: dict[str, float], num_samples: int, seed: int
-) -> list[tuple[str, int]]:
-    """(source, conversation index) in the order a phase trains on them.
-
-    num_samples > 0: counts per source by weight (largest remainder); each source cycles through
-    seeded permutations of its conversations. num_samples == 0: every conversation once.
-    The sources are interleaved evenly, so every prefix of the order keeps the ratios (within
-    one conversation per source), as megatron's blending index does for CPT.
-    """
+) -> tuple[np.ndarray, np.ndarray]:
+    """mixture_order as arrays: (source position in `sizes` [n] int64, conversation index [n] int64)."""
     names = list(sizes)
     if any(sizes[name] <= 0 for name in names):
         raise ValueError(f"every SFT source needs conversations; sizes: {sizes}")
@@ -258,43 +259,61 @@ def mixture_order(
     # Item j of source k sits at (j + 0.5) / count_k of the way through the phase; sorting by
     # that position interleaves the sources so any prefix is within one item per source of the
     # target ratios (vectorised: a 7M-sample phase sorts in seconds).
-    keys = np.concatenate([(np.arange(c) + 0.5) / c for c in counts if c > 0])
-    source_of = np.concatenate([np.full(c, k) for k, c in enumerate(counts) if c > 0])
-    item_of = np.concatenate([draws[k] for k, c in enumerate(counts) if c > 0])
+    live = [k for k, c in enumerate(counts) if c > 0]
+    if not live:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    keys = np.concatenate([(np.arange(counts[k]) + 0.5) / counts[k] for k in live])
+    source_of = np.concatenate([np.full(counts[k], k, dtype=np.int64) for k in live])
+    item_of = np.concatenate([draws[k] for k in live]).astype(np.int64)
     order = np.argsort(keys, kind="stable")
-    return [(names[int(source_of[i])], int(item_of[i])) for i in order]
+    return source_of[order], item_of[order]
+
+
+def mixture_order(
+    sizes: dict[str, int], weights: dict[str, float], num_samples: int, seed: int
+) -> list[tuple[str, int]]:
+    """(source, conversation index) in the order a phase trains on them.
+
+    num_samples > 0: counts per source by weight (largest remainder); each source cycles through
+    seeded permutations of its conversations. num_samples == 0: every conversation once.
+    The sources are interleaved evenly, so every prefix of the order keeps the ratios (within
+    one conversation per source), as megatron's blending index does for CPT.
+    """
+    names = list(sizes)
+    source_of, item_of = mixture_arrays(sizes, weights, num_samples, seed)
+    return [(names[k], i) for k, i in zip(source_of.tolist(), item_of.tolist())]
+
+
+def split_indices(
+    size: int, valid_fraction: float, seed: int, source: str = ""
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train, valid) conversation indices [*] int64 (each sorted) of a source of `size` conversations.
+
+    round(size * valid_fraction) conversations (at least one when the fraction is > 0) are held out,
+    chosen by a permutation seeded with (seed, size): the same conversations whatever phase or
+    file format reads the source. valid_fraction == 0 keeps every conversation for training.
+    """
+    if valid_fraction <= 0:
+        return np.arange(size, dtype=np.int64), np.zeros(0, np.int64)
+    n_valid = max(1, int(round(size * valid_fraction)))
+    if n_valid >= size:
+        raise ValueError(
+            f"data.sft_valid_fraction={valid_fraction} holds out all {size} conversations of {source or 'a source'}; "
+            "lower it or add conversations"
+        )
+    held = np.zeros(size, dtype=bool)
+    held[np.random.default_rng([seed, size]).permutation(size)[:n_valid]] = True
+    return np.flatnonzero(~held), np.flatnonzero(held)
 
 
 # ---------------------------------------------------------------- datasets
 
 
-class SFTPhaseDataset(torch.utils.data.Dataset):
-    """The packed (or padded) samples of one curriculum phase."""
+class PackedSFTDataset(torch.utils.data.Dataset):
+    """Packed (or padded) samples held in memory as a Packed."""
 
-    def __init__(
-        self,
-        phase: SFTPhaseConfig,
-        tok: Tokenizer,
-        seq_length: int,
-        *,
-        seed: int = 1234,
-        packing: bool = True,
-        attention_mask: bool = True,
-    ):
-        if not phase.paths:
-            raise ValueError(f"SFT phase {phase.name!r} has no sources (paths is empty)")
-        self.name = phase.name
-        self.attention_mask = attention_mask
-        sources = {name: read_conversations(path) for name, path in phase.paths.items()}
-        sizes = {name: len(convs) for name, convs in sources.items()}
-        self.order = mixture_order(sizes, phase.weights, phase.num_samples, seed)
-        # Each drawn conversation is tokenised once, however often the phase repeats it.
-        unique = sorted(set(self.order))
-        tokenized = tokenize_conversations(tok, [sources[name][i] for name, i in unique])
-        lookup = dict(zip(unique, tokenized))
-        encoded = [lookup[key] for key in self.order]
-        self.source_counts = {name: sum(1 for s, _ in self.order if s == name) for name in sources}
-        self.packed = pack_conversations(encoded, seq_length, tok.pad_id, packing)
+    def __init__(self, name: str, packed: Packed, attention_mask: bool = True):
+        self.name, self.packed, self.attention_mask = name, packed, attention_mask
 
     def __len__(self) -> int:
         return len(self.packed.tokens)
@@ -311,6 +330,45 @@ class SFTPhaseDataset(torch.utils.data.Dataset):
         if self.attention_mask:
             sample["attention_mask"] = block_causal_mask(sample["segment_ids"])
         return sample
+
+
+class SFTPhaseDataset(PackedSFTDataset):
+    """The packed (or padded) samples of one curriculum phase, tokenised in memory from jsonl.
+
+    valid_fraction > 0 holds out split_indices(..., split_seed) of every source; the phase draws
+    from the rest only.
+    """
+
+    def __init__(
+        self,
+        phase: SFTPhaseConfig,
+        tok: Tokenizer,
+        seq_length: int,
+        *,
+        seed: int = 1234,
+        packing: bool = True,
+        attention_mask: bool = True,
+        valid_fraction: float = 0.0,
+        split_seed: int = 1234,
+    ):
+        if not phase.paths:
+            raise ValueError(f"SFT phase {phase.name!r} has no sources (paths is empty)")
+        sources = {}
+        for name, path in phase.paths.items():
+            conversations = read_conversations(path)
+            train, _ = split_indices(len(conversations), valid_fraction, split_seed, path)
+            sources[name] = [conversations[i] for i in train]
+        sizes = {name: len(convs) for name, convs in sources.items()}
+        self.order = mixture_order(sizes, phase.weights, phase.num_samples, seed)
+        # Each drawn conversation is tokenised once, however often the phase repeats it.
+        unique = sorted(set(self.order))
+        tokenized = tokenize_conversations(tok, [sources[name][i] for name, i in unique])
+        lookup = dict(zip(unique, tokenized))
+        encoded = [lookup[key] for key in self.order]
+        self.source_counts = {name: sum(1 for s, _ in self.order if s == name) for name in sources}
+        super().__init__(
+            phase.name, pack_conversations(encoded, seq_length, tok.pad_id, packing), attention_mask
+        )
 
 
 class SFTCurriculum(torch.utils.data.Dataset):
@@ -339,17 +397,58 @@ class SFTCurriculum(torch.utils.data.Dataset):
 
 
 def build_sft_datasets(cfg: JobConfig) -> SFTCurriculum:
-    """The curriculum of cfg.data.sft_phases at cfg.training.seq_length (same result on every rank)."""
+    """The training curriculum of cfg.data.sft_phases (see build_sft_splits)."""
+    return build_sft_splits(cfg)[0]
+
+
+def build_sft_splits(cfg: JobConfig) -> tuple[SFTCurriculum, torch.utils.data.Dataset | None]:
+    """(curriculum, validation set or None) of cfg.data.sft_phases at cfg.training.seq_length, the same
+    on every rank.
+
+    Sources given as `.jsonl` files are tokenised in memory here; sources given as indexed prefixes
+    (tools/preprocess_sft.py's output) are read memory-mapped (data/sft_indexed.py). A run uses one
+    kind. data.sft_valid_fraction > 0 holds out that share of every distinct source file: the
+    validation set is those conversations, packed like training.
+    """
+    paths = [path for phase in cfg.data.sft_phases for path in phase.paths.values()]
+    on_disk = [not is_jsonl(path) for path in paths]
+    if any(on_disk):
+        if not all(on_disk):
+            raise ValueError(
+                "data.sft_phases mixes .jsonl files and indexed prefixes; preprocess the jsonl sources with "
+                "tools/preprocess_sft.py and give their prefixes"
+            )
+        from vepo_mcore.data.sft_indexed import build_indexed_sft
+
+        return build_indexed_sft(cfg)
     tok = load_tokenizer(cfg.tokenizer.path)
+    d = cfg.data
     phases = [
         SFTPhaseDataset(
             phase,
             tok,
             cfg.training.seq_length,
             seed=cfg.training.seed + k,
-            packing=cfg.data.sft_packing,
-            attention_mask=cfg.data.sft_attention_mask,
+            packing=d.sft_packing,
+            attention_mask=d.sft_attention_mask,
+            valid_fraction=d.sft_valid_fraction,
+            split_seed=cfg.training.seed,
         )
-        for k, phase in enumerate(cfg.data.sft_phases)
+        for k, phase in enumerate(d.sft_phases)
     ]
-    return SFTCurriculum(phases)
+    valid = None
+    if d.sft_valid_fraction > 0:
+        held_out = []
+        for path in dict.fromkeys(paths):  # each file once, in order of first use
+            conversations = read_conversations(path)
+            _, held = split_indices(len(conversations), d.sft_valid_fraction, cfg.training.seed, path)
+            held_out += [conversations[i] for i in held]
+        encoded = tokenize_conversations(tok, held_out)
+        packed = pack_conversations(encoded, cfg.training.seq_length, tok.pad_id, d.sft_packing)
+        valid = PackedSFTDataset("valid", packed, d.sft_attention_mask)
+    return SFTCurriculum(phases), valid
+
+
+def is_jsonl(path: str | Path) -> bool:
+    """Whether an SFT source is a ChatML jsonl file (else: an indexed prefix of tools/preprocess_sft.py)."""
+    return str(path).endswith(".jsonl")

@@ -278,16 +278,16 @@ def default_datasets(cfg: JobConfig) -> tuple[Sequence[dict], Sequence[dict] | N
     """(train, valid, tokenizer_dir) as the config's data section describes them (collective).
 
     cpt: megatron's blend of indexed datasets sized for train_iters (and the evaluations);
-    sft: the curriculum of data.sft_phases (phases in order; no validation split).
+    sft: the curriculum of data.sft_phases (phases in order) and the data.sft_valid_fraction split.
     """
     from vepo_mcore.languages import default_tokenizer_dir
 
     t = cfg.training
     tokenizer_dir = cfg.tokenizer.path or str(default_tokenizer_dir())
     if cfg.data.mode == "sft":
-        from vepo_mcore.data.sft import build_sft_datasets
+        from vepo_mcore.data.sft import build_sft_splits
 
-        return build_sft_datasets(cfg), None, tokenizer_dir
+        return *build_sft_splits(cfg), tokenizer_dir
     if cfg.data.mode != "cpt":
         raise ValueError(f"data.mode must be 'cpt' or 'sft', got {cfg.data.mode!r}")
     from vepo_mcore.data.blend import build_cpt_datasets
