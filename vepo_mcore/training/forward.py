@@ -5,6 +5,9 @@
 A micro-batch is a dict of [b, s] tensors: `tokens`, `labels`, `loss_mask` (1 = counts; SFT
 sets it on assistant tokens only), optional `position_ids` (packed SFT restarts them per
 conversation) and `attention_mask`. This is the field set of megatron.core's GPTDataset.
+Packed SFT adds `segment_ids`: on Transformer Engine the micro-batch goes in as THD with
+megatron's PackedSeqParams (data/packing.py); on the local spec the block-diagonal mask keeps the
+conversations apart (built here from segment_ids when the dataset left it out).
 
 `loss_func` returns (loss_sum, num_tokens, {"loss": [loss_sum, num_tokens]}): with
 `calculate_per_token_loss=True` (set by optimizer.wrap_model) megatron divides the gradients by
@@ -21,7 +24,7 @@ import torch
 
 from vepo_mcore.parallel.device import device
 
-BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "attention_mask")
+BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "attention_mask", "segment_ids")
 
 
 def batch_to_device(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -60,11 +63,35 @@ def forward_step(data_iterator: Iterator[dict], model: torch.nn.Module) -> tuple
     only the first stage uses the tokens and only the last one the labels.
     """
     batch = batch_to_device(next(data_iterator))
+    packed = {}
+    if "segment_ids" in batch:
+        batch, packed = _packed_attention(batch, model)
     output = model(
         batch["tokens"],
         batch["position_ids"],
         batch.get("attention_mask"),
         labels=batch["labels"],
         output_mask=batch["loss_mask"] > 0,  # the output layer only where the loss counts
+        **packed,
     )
     return output, partial(masked_token_loss, batch["loss_mask"])
+
+
+def _packed_attention(batch: dict[str, torch.Tensor], model) -> tuple[dict[str, torch.Tensor], dict]:
+    """Packed conversations kept apart: THD + packed_seq_params on TE, else the block-diagonal mask."""
+    from megatron.core.utils import get_attr_wrapped_model
+
+    from vepo_mcore.data.packing import attention_takes_thd, thd_token_multiple, to_thd
+
+    if attention_takes_thd(model):
+        config = get_attr_wrapped_model(model, "config")
+        multiple = thd_token_multiple(
+            config.fp8 is not None, config.tensor_model_parallel_size, config.sequence_parallel
+        )
+        batch, params = to_thd(batch, multiple)  # the loss mask comes back [1, T] too: the loss sums it
+        return batch, {"packed_seq_params": params}
+    if "attention_mask" not in batch:
+        from vepo_mcore.data.sft import block_causal_mask
+
+        batch["attention_mask"] = block_causal_mask(batch["segment_ids"])
+    return batch, {}

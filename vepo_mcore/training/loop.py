@@ -99,6 +99,9 @@ def evaluate(
     """Forward-only pass over `num_microbatches` micro-batches; token-averaged metrics."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
+    from vepo_mcore.data.packing import schedule_shape
+
+    seq_length, micro_batch_size = schedule_shape(cfg, rows_per_sample)
     model.eval()
     with torch.no_grad():
         reports = get_forward_backward_func()(
@@ -106,8 +109,8 @@ def evaluate(
             data_iterator=data_iterator,
             model=[model],
             num_microbatches=num_microbatches,
-            seq_length=cfg.training.seq_length,
-            micro_batch_size=cfg.training.micro_batch_size * rows_per_sample,
+            seq_length=seq_length,
+            micro_batch_size=micro_batch_size,
             forward_only=True,
         )
     model.train()
@@ -205,10 +208,12 @@ class LMTrainer:
         return describe_run(self.cfg, self.train_dataset, self.dp_size, self.n_micro, self.iteration)
 
     def step(self) -> tuple[dict[str, float], int]:
+        from vepo_mcore.data.packing import schedule_shape
+
         t = self.cfg.training
         metrics = train_step(
             self.forward_step_func, self.data, self.model, self.optimizer, self.scheduler,
-            self.n_micro, t.seq_length, self.rows * t.micro_batch_size,
+            self.n_micro, *schedule_shape(self.cfg, self.rows),  # [T, 1, h] between stages under THD
         )  # fmt: skip
         self.iteration, self.consumed = self.iteration + 1, self.consumed + t.global_batch_size
         row = {f"train/{k}": v for k, v in metrics.items()}
@@ -308,11 +313,9 @@ def describe_run(cfg: JobConfig, train_dataset, dp_size: int, n_micro: int, star
         f"{t.global_batch_size * rows * t.seq_length:,} tokens/step | steps {start} -> {t.train_iters}"
     )
     if cfg.data.mode == "sft" and cfg.data.sft_packing and use_transformer_engine(cfg):
-        # TE's causal attention ignores a dense mask; packed conversations would see each other.
-        line += (
-            "\nWARNING: packed SFT with Transformer Engine: the block-diagonal attention mask is not applied "
-            "(THD packed_seq_params are not wired yet); use data.sft_packing=false or the local spec"
-        )
+        line += "\npacked SFT on Transformer Engine: THD with cu_seqlens per conversation (data/packing.py)"
+        if cfg.data.sft_attention_mask:  # TE takes no dense mask: building [s, s] per sample is waste
+            line += "; set data.sft_attention_mask=false to skip the unused dense masks"
     if hasattr(train_dataset, "dataset_index") and cfg.data.paths:
         from vepo_mcore.data.blend import format_share, language_blend, realised_language_share
 
