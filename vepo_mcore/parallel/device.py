@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import warnings
 
 import torch
@@ -115,6 +116,12 @@ def install_cpu_shim() -> bool:
 
     mp_random._get_cuda_rng_state = lambda *args, **kwargs: cpu_generator_state()
     mp_random._set_cuda_rng_state = lambda *args, **kwargs: None
+    # Here the "CUDA" generator the tracker forks *is* the CPU one, so dropout inside fork() (every
+    # forward with model.hidden_dropout > 0) always advances it, and megatron warns once per layer
+    # and step that the CPU state changed: true by construction, so not logged.
+    logging.getLogger(mp_random.__name__).addFilter(
+        lambda record: "CPU RNG state changed within GPU RNG context" not in record.getMessage()
+    )
 
     # The default causal mask is built with a literal device="cuda"; fused_softmax imported it by name.
     from megatron.core.fusions import fused_softmax

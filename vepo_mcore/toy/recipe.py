@@ -79,8 +79,31 @@ def run_logged(args: list[str], log_file: Path, threads: int) -> None:
     with log_file.open("a", encoding="utf-8") as log:
         result = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, env=thread_env(threads))
     if result.returncode:
-        tail = "".join(log_file.read_text(encoding="utf-8", errors="replace").splitlines(True)[-15:])
-        raise RuntimeError(f"{' '.join(args[:4])} ... failed ({result.returncode}); log {log_file}:\n{tail}")
+        excerpt = failure_excerpt(log_file.read_text(encoding="utf-8", errors="replace"))
+        raise RuntimeError(
+            f"{' '.join(args[:4])} ... failed ({result.returncode}); log {log_file}:\n{excerpt}"
+        )
+
+
+def failure_excerpt(log: str, lines: int = 15) -> str:
+    """The last Python traceback in a child's log that is not torchrun's own ChildFailedError (which
+    follows the worker's and says nothing of the cause), else the log's last `lines` lines."""
+    blocks = log.split("Traceback (most recent call last)")[1:]
+    for block in reversed(blocks):
+        body = block.splitlines(True)
+        # the block ends at its exception line: the first line after the frames not indented
+        end = next(
+            (i for i, line in enumerate(body[1:], 1) if line.strip() and not _is_frame(line)), len(body) - 1
+        )
+        if "ChildFailedError" not in body[end]:
+            return "Traceback (most recent call last)" + "".join(body[: end + 1][-2 * lines :])
+    return "".join(log.splitlines(True)[-lines:])
+
+
+def _is_frame(line: str) -> bool:
+    """A traceback line below the header: indented, or prefixed by torchrun's "[rankN]:" tag."""
+    text = line.split("]: ", 1)[1] if line.startswith("[rank") and "]: " in line else line
+    return text[:1].isspace() or text.startswith(("^", "~"))
 
 
 def torchrun(script: str, nproc: int = 1) -> list[str]:
