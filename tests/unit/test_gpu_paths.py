@@ -95,14 +95,15 @@ def test_rl_forward_step_reads_the_experience_record():
 
     seen = {}
 
-    def model(tokens, positions, mask, output_mask):
-        seen.update(positions=positions, output_mask=output_mask)
+    def model(tokens, positions, mask, output_mask, defer_output_layer=False):
+        seen.update(positions=positions, output_mask=output_mask, defer=defer_output_layer)
         return torch.empty(1, 10, 8, device=tokens.device)
 
     micro = _rl_micro(META)
     rl_forward_step(iter([micro]), model, cfg=LossConfig(), kl=None, vocab_size=8)
     assert seen["positions"] is micro.position_ids
     assert seen["output_mask"].device == META and seen["output_mask"].dtype == torch.bool
+    assert seen["defer"] is True  # the output layer runs inside the loss, chunk by chunk
 
 
 def _rl_micro(device, b: int = 2, s: int = 5) -> Experience:

@@ -152,14 +152,14 @@ def policy_logprobs(
 
     def forward_step(data_iterator, module):
         mb = next(data_iterator)
-        mask = mb.loss_mask.bool()  # logits of the response positions only
-        logits = module(mb.tokens, mb.position_ids, None, output_mask=mask)
+        mask = mb.loss_mask.bool()  # the response positions only; the output layer runs in the loss
+        output = module(mb.tokens, mb.position_ids, None, output_mask=mask, defer_output_layer=True)
 
         def stash(output):
             outputs.append(masked_policy_logprobs_and_entropy(output, mb.labels, mask, loss_cfg, vocab_size))
-            return output.new_zeros(()), torch.ones((), dtype=torch.int), {}
+            return outputs[-1][0].new_zeros(()), torch.ones((), dtype=torch.int), {}
 
-        return logits, stash
+        return output, stash
 
     was_training = model.training
     model.eval()

@@ -35,12 +35,20 @@ P_S = sum_{j in S} p_j (S itself is treated as constant).
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-LOG2E = 1.0 / math.log(2.0)
+from vepo_mcore.models.output_loss import (
+    DeferredOutputLayer,
+    chunk_logits_grad,
+    chunk_statistics,
+    compute_dtype,
+    group_rank_size,
+)
+
 CHUNK_BYTES = 32 << 20
 """Default size of one work buffer ([chunk tokens, V_shard] in the compute dtype). Forward holds two,
 backward one beside the logits' gradient, so the memory above the logits and their gradient is
@@ -62,21 +70,10 @@ def _default_tp_group() -> Any:
     return parallel_state.get_tensor_model_parallel_group()
 
 
-def _group_rank_size(group: Any) -> tuple[int, int]:
-    if group is None or not dist.is_available() or not dist.is_initialized():
-        return 0, 1
-    return dist.get_rank(group), dist.get_world_size(group)
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    # fp32 for bf16/fp16/fp32 inputs; float64 only when the input already is (gradcheck, references).
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def chunk_rows(shard_width: int, dtype: torch.dtype, chunk_bytes: int | None = None) -> int:
     """Tokens per chunk such that one [rows, shard_width] work buffer in the compute dtype takes at
     most `chunk_bytes` (None: CHUNK_BYTES), and at least one token."""
-    row_bytes = max(1, shard_width) * torch.finfo(_compute_dtype(dtype)).bits // 8
+    row_bytes = max(1, shard_width) * torch.finfo(compute_dtype(dtype)).bits // 8
     return max(1, (CHUNK_BYTES if chunk_bytes is None else chunk_bytes) // row_bytes)
 
 
@@ -89,115 +86,62 @@ def _upcast(buf: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _log2e(dtype: torch.dtype) -> float:
-    """log2(e) rounded to `dtype` (its value as a Python float: the factor actually applied)."""
-    return torch.tensor(LOG2E, dtype=dtype).item()
-
-
-def _base2_shifted(
-    buf: torch.Tensor, src: torch.Tensor, raw_max: torch.Tensor, temperature: float
-) -> torch.Tensor:
-    """buf[:c] <- (src - max) / tau * log2(e): the tempered logits shifted to <= 0, in base-2 units.
-
-    exp2 of these is exp((src - max) / tau), and torch's exp2 runs ~3x faster than its exp on CPU.
-    Subtracting the max first keeps each element's rounding relative to its own shifted value, and
-    dividing by tau (not multiplying by a rounded 1 / tau) adds no error shared by all elements: a
-    shared relative error d tilts the distribution and moves H by d * Var_p(z). The one shared
-    factor left, log2(e) in fp32, is off by 1.3e-8. Forward and backward call this on the same
-    inputs, so the values (and the top-k set) are bit-identical.
-    """
-    t = torch.sub(src, raw_max.unsqueeze(-1), out=buf[: src.shape[0]])
-    if temperature != 1.0:
-        t.div_(temperature)
-    return t.mul_(_log2e(t.dtype))
-
-
-def _all_reduce(t: torch.Tensor, op, group: Any, world: int) -> torch.Tensor:
-    if world > 1:
-        dist.all_reduce(t, op=op, group=group)
-    return t
-
-
 class _FusedLogprobEntropy(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, logits, targets, temperature, chunk_size, vocab_start, valid, vocab_size, group, world, topk_frac
     ):
         n = logits.shape[0]
-        cdt = _compute_dtype(logits.dtype)
+        cdt = compute_dtype(logits.dtype)
         dev = logits.device
-        raw_max = torch.empty(n, dtype=cdt, device=dev)
-        log_sum = torch.empty(n, dtype=cdt, device=dev)
-        logp = torch.empty(n, dtype=cdt, device=dev)
-        entropy = torch.empty(n, dtype=cdt, device=dev)
-        top_thr = torch.empty(n, dtype=cdt, device=dev) if topk_frac is not None else None
-        top_mass = torch.empty(n, dtype=cdt, device=dev) if topk_frac is not None else None
+        out = {k: torch.empty(n, dtype=cdt, device=dev) for k in ("raw_max", "log_sum", "logp", "entropy")}
+        if topk_frac is not None:
+            out.update(
+                top_thr=torch.empty(n, dtype=cdt, device=dev), top_mass=torch.empty(n, dtype=cdt, device=dev)
+            )
+        topk = None if topk_frac is None else (vocab_size, topk_frac, logits.shape[1])
         local_targets = targets - vocab_start
         in_shard = (local_targets >= 0) & (local_targets < valid)
         safe_targets = torch.where(in_shard, local_targets, torch.zeros_like(local_targets))
         # two chunk-sized work buffers, reused: fresh large allocations cost page faults on CPU
-        rows = min(chunk_size, n)
+        rows = max(1, min(chunk_size, n))
         z_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
         e_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
 
         for start in range(0, n, chunk_size):
             sl = slice(start, min(n, start + chunk_size))
-            c = sl.stop - sl.start
             src = _upcast(z_buf, logits[sl, :valid])  # [c, valid]
-            if valid > 0:
-                m = src.amax(dim=-1).to(cdt)  # the max of the raw logits: tau > 0 keeps the argmax
-            else:  # a rank holding only padding columns
-                m = torch.full((c,), -math.inf, dtype=cdt, device=dev)
-            m = _all_reduce(m, dist.ReduceOp.MAX, group, world)
-            t = _base2_shifted(z_buf, src, m, temperature)  # (logits - max) / tau / ln 2 <= 0
-            e = torch.exp2(t, out=e_buf[:c])
-            sums = torch.zeros(3, c, dtype=cdt, device=dev)
-            if valid > 0:
-                # torch's CPU reductions sum float rows pairwise (error ~ log V, not V, roundings);
-                # a BLAS dot (bmm) accumulates sequentially and was 40x less accurate here
-                sums[0] = e.sum(dim=-1)
-                # the raw target logit: only its owner contributes, so the all-reduce sum is exact
-                picked = logits[sl].gather(1, safe_targets[sl].unsqueeze(-1)).squeeze(-1).to(cdt)
-                sums[2] = torch.where(in_shard[sl], picked, torch.zeros_like(picked))
-                if topk_frac is None:
-                    # sum e * t over nonpositive t: no cancellation; e is not needed after this
-                    sums[1] = e.mul_(t).sum(dim=-1)
-            sums = _all_reduce(sums, dist.ReduceOp.SUM, group, world)
-            # per-token scalars in float64 (O(T) work): the results then carry one fp32 rounding each
-            s, et, picked = sums.to(torch.float64).unbind(0)
-            ls = torch.log(s)
-            raw_max[sl], log_sum[sl] = m, ls
-            logp[sl] = (picked - m.to(torch.float64)) / temperature - ls
-            if topk_frac is None:
-                # H = log s - sum p z with z = t / log2(e) shifted: both terms >= 0, no cancellation
-                entropy[sl] = ls - et / (s * _log2e(cdt))
-            else:
-                thr, mass, ent = _topk_entropy(
-                    t, e, s, ls, vocab_size, topk_frac, logits.shape[1], group, world
-                )
-                top_thr[sl], top_mass[sl], entropy[sl] = thr, mass, ent
+            # the raw target logit: only its owner contributes
+            picked = logits[sl].gather(1, safe_targets[sl].unsqueeze(-1)).squeeze(-1).to(cdt)
+            picked = torch.where(in_shard[sl], picked, torch.zeros_like(picked))
+            stats = chunk_statistics(src, z_buf, e_buf, picked, temperature, group, world, topk)
+            for key, value in vars(stats).items():
+                if value is not None:
+                    out[key][sl] = value
         del z_buf, e_buf
 
-        ctx.save_for_backward(logits, safe_targets, in_shard, raw_max, log_sum, entropy, top_thr, top_mass)
+        ctx.save_for_backward(
+            logits, safe_targets, in_shard, out["raw_max"], out["log_sum"], out["entropy"],
+            out.get("top_thr"), out.get("top_mass"),
+        )  # fmt: skip
         ctx.cfg = (temperature, chunk_size, valid)
-        return logp, entropy
+        return out["logp"], out["entropy"]
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
         logits, safe_targets, in_shard, raw_max, log_sum, entropy, top_thr, top_mass = ctx.saved_tensors
         temperature, chunk_size, valid = ctx.cfg
-        cdt = _compute_dtype(logits.dtype)
+        cdt = compute_dtype(logits.dtype)
         n, dev = logits.shape[0], logits.device
         grad_logp = torch.zeros(n, dtype=cdt, device=dev) if grad_logp is None else grad_logp.to(cdt)
-        grad_entropy = torch.zeros(n, dtype=cdt, device=dev) if grad_entropy is None else grad_entropy.to(cdt)
+        grad_entropy = None if grad_entropy is None else grad_entropy.to(cdt)
         grad = torch.empty_like(logits)
         grad[:, valid:] = 0  # padding columns
         nones = (None,) * 9
-        if valid == 0:
+        if valid == 0 or n == 0:
             return (grad, *nones)
         target_grad = torch.where(in_shard, grad_logp, torch.zeros_like(grad_logp))
-        inv_tau = 1.0 / temperature
-        rows = min(chunk_size, n)
+        rows = max(1, min(chunk_size, n))
         z_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
         # when the logits already are in the compute dtype, p and the gradient live in `grad` itself
         in_place = logits.dtype == cdt
@@ -206,63 +150,15 @@ class _FusedLogprobEntropy(torch.autograd.Function):
             sl = slice(start, min(n, start + chunk_size))
             c = sl.stop - sl.start
             src = _upcast(z_buf, logits[sl, :valid])
-            out = grad[sl, :valid] if in_place else p_buf[:c]
-            g_lp, g_h = grad_logp[sl].unsqueeze(-1), grad_entropy[sl].unsqueeze(-1)
-            # dL/dlogits = (1/tau) * dL/dz, with the 1/tau folded into the per-row coefficients
-            if top_thr is None:
-                # log2 p_j = (logits_j - max) / tau / ln 2 - log2 s: one rounded factor, whose error
-                # is relative to the shifted value; the gradient needs no more than that
-                y = torch.sub(src, raw_max[sl].unsqueeze(-1), out=z_buf[:c])
-                log2p = torch.add((log_sum[sl] * -LOG2E).unsqueeze(-1), y, alpha=inv_tau * LOG2E, out=y)
-                p = torch.exp2(log2p, out=out)
-                # -p * (g_lp + g_h * (log p + H)) = p * (-(g_h H + g_lp) - g_h ln2 log2 p)
-                const = (g_h * entropy[sl].unsqueeze(-1) + g_lp).mul_(-inv_tau)
-                g = p.mul_(log2p.mul_(g_h * (-inv_tau / LOG2E)).add_(const))
-            else:
-                t = _base2_shifted(z_buf, src, raw_max[sl], temperature)
-                selected = t >= top_thr[sl].unsqueeze(-1)  # the same values as in forward: the same set
-                log2p = t.sub_((log_sum[sl] * LOG2E).unsqueeze(-1))
-                p = torch.exp2(log2p, out=out)
-                # p * (g_h (P_S - H_k) - g_lp) - 1[S] g_h p (log p + 1), log p + 1 = ln2 (log2 p + log2 e)
-                const = (g_h * (top_mass[sl] - entropy[sl]).unsqueeze(-1) - g_lp).mul_(inv_tau)
-                g = p.mul_(log2p.add_(LOG2E).mul_(selected).mul_(g_h * (-inv_tau / LOG2E)).add_(const))
-            g[torch.arange(c, device=dev), safe_targets[sl]] += target_grad[sl] * inv_tau
+            g = chunk_logits_grad(
+                src, z_buf, grad[sl, :valid] if in_place else p_buf[:c], raw_max[sl], log_sum[sl], entropy[sl],
+                None if top_thr is None else top_thr[sl], None if top_mass is None else top_mass[sl],
+                grad_logp[sl], None if grad_entropy is None else grad_entropy[sl],
+                safe_targets[sl], target_grad[sl], temperature,
+            )  # fmt: skip
             if not in_place:
                 grad[sl, :valid] = g
         return (grad, *nones)
-
-
-def _topk_entropy(t, e, s, log_s, vocab_size, frac, shard, group, world):
-    """Threshold (in t's units), probability mass and entropy of the top ceil(frac*V) tokens.
-
-    t: [c, valid] tempered logits minus the global row max, in base-2 units; e = exp2(t) (overwritten);
-    s, log_s: [c] global sum-exp and its natural log (float64). Returns thr in t's dtype, mass and
-    entropy in s's.
-    """
-    k = max(1, math.ceil(frac * vocab_size))
-    cols = t.shape[1]
-    local_k = min(k, cols)
-    vals = t.topk(local_k, dim=-1).values if local_k > 0 else t.new_empty(t.shape[0], 0)
-    # every rank contributes the same number of candidates (padded with -inf) so all_gather shapes match
-    width = min(k, shard)
-    if vals.shape[1] < width:
-        pad = vals.new_full((vals.shape[0], width - vals.shape[1]), -math.inf)
-        vals = torch.cat([vals, pad], dim=1)
-    if world > 1:
-        gathered = [torch.empty_like(vals) for _ in range(world)]
-        dist.all_gather(gathered, vals.contiguous(), group=group)
-        vals = torch.cat(gathered, dim=1)
-    thr = vals.topk(min(k, vals.shape[1]), dim=-1).values[:, -1]
-    sums = torch.zeros(2, t.shape[0], dtype=t.dtype, device=t.device)
-    if cols > 0:
-        e_sel = e.mul_(t >= thr.unsqueeze(-1))
-        sums[0] = e_sel.sum(dim=-1)
-        sums[1] = e_sel.mul_(t).sum(dim=-1)
-    sums = _all_reduce(sums, dist.ReduceOp.SUM, group, world).to(s.dtype)
-    mass = sums[0] / s
-    # H_k = -sum_S p (z - log s) = -(sum_S e z) / s + P_S log s, z = t / log2(e)
-    ent = mass * log_s - sums[1] / (s * _log2e(t.dtype))
-    return thr, mass, ent
 
 
 def logprobs_and_entropy(
@@ -301,7 +197,7 @@ def logprobs_and_entropy(
         )
     if group is None:
         group = _default_tp_group()
-    rank, world = _group_rank_size(group)
+    rank, world = group_rank_size(group)
     shard = logits.shape[-1]
     if vocab_size is None:
         vocab_size = shard * world
@@ -352,7 +248,7 @@ def reference_logprobs_and_entropy(
 
 
 def policy_logprobs_and_entropy(
-    logits: torch.Tensor, targets: torch.Tensor, cfg, vocab_size: int | None = None
+    logits: torch.Tensor | DeferredOutputLayer, targets: torch.Tensor, cfg, vocab_size: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The one rule for what an RL loss reads from the policy's logits (cfg: rl.loss, a LossConfig):
     the log-probs its ratio uses and the entropy at the sampling temperature tau.
@@ -360,24 +256,44 @@ def policy_logprobs_and_entropy(
     ratio_mode 'tempered' (SPEC default): both under softmax(z / tau). 'scaled' (the appendix
     variant, r = exp((logp - old) / tau)): untempered log-probs, but the entropy stays the sampling
     policy's, at tau (the VEPO shaping and bonus are about the distribution the samples come from).
-    Shapes as logprobs_and_entropy.
+    logits: [N, V_shard] / [B, T, V_shard] logits (shapes as logprobs_and_entropy), or the model's
+    DeferredOutputLayer (hidden states [N, h] + output weight; targets [N]): then the output layer
+    runs chunk by chunk inside this call and [N, V] never exists.
     """
     args = dict(chunk_size=cfg.logprob_chunk_size, vocab_size=vocab_size, topk_frac=cfg.entropy_topk_frac)
+    if isinstance(logits, DeferredOutputLayer):
+        fn = partial(_deferred_logprobs_and_entropy, logits)
+    else:
+        fn = partial(logprobs_and_entropy, logits)
     if cfg.ratio_mode == "tempered" or cfg.temperature == 1.0:
         tau = cfg.temperature if cfg.ratio_mode == "tempered" else 1.0
-        return logprobs_and_entropy(logits, targets, tau, **args)
-    logp, _ = logprobs_and_entropy(logits, targets, 1.0, **args)
-    _, entropy = logprobs_and_entropy(logits, targets, cfg.temperature, **args)
+        return fn(targets, tau, **args)
+    logp, _ = fn(targets, 1.0, **args)
+    _, entropy = fn(targets, cfg.temperature, **args)
     return logp, entropy
 
 
-def masked_policy_logprobs_and_entropy(
-    logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, cfg, vocab_size: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """policy_logprobs_and_entropy from the logits of the masked positions only.
+def _deferred_logprobs_and_entropy(
+    out: DeferredOutputLayer, targets, temperature, chunk_size, vocab_size, topk_frac
+):
+    # cfg.logprob_chunk_size sizes chunks of handed logits; the hidden-state path sizes its own by bytes
+    lead_shape = targets.shape
+    logp, entropy = out.logprobs_and_entropy(targets.reshape(-1), temperature, vocab_size, topk_frac)
+    return logp.reshape(lead_shape), entropy.reshape(lead_shape)
 
-    logits [1, N, V_pad / TP]: QwenGPTModel's output for `output_mask=mask` (the N positions where
-    mask is True, in row-major order); targets, mask [b, s] -> log-probs and entropy [b, s], 0
+
+def masked_policy_logprobs_and_entropy(
+    logits: torch.Tensor | DeferredOutputLayer,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    cfg,
+    vocab_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """policy_logprobs_and_entropy from the output of the masked positions only.
+
+    logits: QwenGPTModel's output for `output_mask=mask` (the N positions where mask is True, in
+    row-major order): logits [1, N, V_pad / TP], or with `defer_output_layer=True` a
+    DeferredOutputLayer of N hidden states; targets, mask [b, s] -> log-probs and entropy [b, s], 0
     where mask is off.
     """
     logp, entropy = policy_logprobs_and_entropy(logits, targets[mask].unsqueeze(0), cfg, vocab_size)

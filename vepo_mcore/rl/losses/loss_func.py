@@ -7,9 +7,11 @@ A micro-batch is an rl.experience.Experience (rows b of the step's batch): `toke
 `position_ids`, `loss_mask` [b, s] for the model, and the RLBatch fields the loss reads by the
 same names (old_logp, ref_logp, advantages, rewards, group_ids, keep, ...; `loss_fields()`).
 
-The model runs its output layer on the response positions only (QwenGPTModel's `output_mask`);
-those logits stay vocab-parallel ([1, N, V_pad / TP]) until rl.logprobs turns them into the
-log-prob and entropy of each label, scattered back to [b, s]. `loss_func` returns megatron's
+The model hands the final hidden states of the response positions and its vocab-parallel output
+weight to the loss (QwenGPTModel's `output_mask` + `defer_output_layer`: a DeferredOutputLayer;
+logits [1, N, V_pad / TP] where the model cannot defer, e.g. a critic head), and rl.logprobs turns
+them into the log-prob and entropy of each label chunk by chunk, never holding [N, V], scattered
+back to [b, s]. `loss_func` returns megatron's
 3-tuple (loss, num_tokens, metrics), made for `calculate_per_token_loss=True` (megatron then divides gradients by the token count of
 the whole global batch, across micro-batches and DP ranks):
 - loss_agg 'global_tokens': (sum over response tokens, response tokens here) -> exactly the
@@ -25,6 +27,7 @@ from functools import partial
 import torch
 
 from vepo_mcore.config.rl import KLConfig, LossConfig
+from vepo_mcore.models.output_loss import DeferredOutputLayer
 from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.experience import Experience
 from vepo_mcore.rl.logprobs import masked_policy_logprobs_and_entropy
@@ -32,10 +35,14 @@ from vepo_mcore.rl.losses.registry import compute_loss
 
 
 def rl_loss_func(
-    micro: Experience, cfg: LossConfig, kl: KLConfig | None, vocab_size: int, logits: torch.Tensor
+    micro: Experience,
+    cfg: LossConfig,
+    kl: KLConfig | None,
+    vocab_size: int,
+    logits: torch.Tensor | DeferredOutputLayer,
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """Vocab-parallel logits [1, N, V_pad / TP] of the N response positions (the model's
-    `output_mask`) on the last pipeline stage -> (loss, num_tokens, metrics)."""
+    """The last pipeline stage's output for the N response positions (the model's `output_mask`): a
+    DeferredOutputLayer or vocab-parallel logits [1, N, V_pad / TP] -> (loss, num_tokens, metrics)."""
     mask = micro.loss_mask.bool()
     logp, entropy = masked_policy_logprobs_and_entropy(logits, micro.labels, mask, cfg, vocab_size)
     per_token = cfg.loss_agg == "global_tokens"
@@ -60,5 +67,7 @@ def rl_forward_step(
 ) -> tuple[torch.Tensor, Callable]:
     """Next micro-batch -> (logits on the last stage / hidden states elsewhere, loss_func)."""
     micro = next(data_iterator)
-    output = model(micro.tokens, micro.position_ids, None, output_mask=micro.loss_mask.bool())
+    output = model(
+        micro.tokens, micro.position_ids, None, output_mask=micro.loss_mask.bool(), defer_output_layer=True
+    )
     return output, partial(rl_loss_func, micro, cfg, kl, vocab_size)

@@ -1,0 +1,141 @@
+"""QwenGPTModel's chunked output layer + loss (models/output_loss.py) on the real megatron model, TP=1
+and TP=2 over gloo, tied and untied: the CPT/SFT loss and every parameter's gradient equal megatron's
+own output layer + vocab_parallel_cross_entropy; the RL log-prob and entropy of the deferred output
+layer equal the same computation at TP=1 (the gathered weight, one process) and a naive full-vocab
+float64 one, gradients of hidden and weight included; nothing [tokens, vocab]-sized is saved for
+backward (megatron's own path does save it, so the check can fail)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vepo_mcore.parallel.launch import run_processes
+
+pytestmark = pytest.mark.dist
+
+
+def _grads(model) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _largest_saved(model, fn) -> int:
+    """Elements of the largest non-parameter tensor autograd saves while `fn` runs."""
+    params = {p.data_ptr() for p in model.parameters()}
+    sizes = [0]
+
+    def pack(t):
+        sizes.append(0 if t.data_ptr() in params else t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return max(sizes), out
+
+
+def _gather_rows(weight: torch.Tensor) -> torch.Tensor:
+    """[V/TP, h] -> [V, h] on every TP rank."""
+    from megatron.core import parallel_state as ps
+
+    world = ps.get_tensor_model_parallel_world_size()
+    if world == 1:
+        return weight
+    parts = [torch.empty_like(weight) for _ in range(world)]
+    torch.distributed.all_gather(parts, weight.contiguous(), group=ps.get_tensor_model_parallel_group())
+    return torch.cat(parts)
+
+
+def _check(rank, world, tied, masked):
+    from tests.dist.model_utils import VOCAB, batch, positions, tiny_cfg
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.models.output_loss import DeferredOutputLayer, output_layer_logprobs
+    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.rl.logprobs import reference_logprobs_and_entropy
+
+    cfg = tiny_cfg(tp=world, num_layers=2, tie_word_embeddings=tied)
+    init_model_parallel(cfg.parallel, seed=7)
+    model = build_model(cfg)
+    data = batch(1, batch_size=3, seq=12)
+    tokens, labels, pos = data["tokens"], data["labels"], positions(data["tokens"])
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[0, 4:] = mask[1, 7:10] = mask[2, :3] = True
+    kwargs = {"output_mask": mask} if masked else {}
+    n_tokens = int(mask.sum()) if masked else tokens.numel()
+    shard = (
+        model.output_layer.weight.shape[0] if not tied else model.embedding.word_embeddings.weight.shape[0]
+    )
+    weights = torch.rand(tokens.shape) * mask  # a per-token loss weight, 0 off the mask
+
+    # CPT / SFT: the chunked loss and its gradients against megatron's output layer + loss
+    model.chunked_output_loss = False
+    ref_saved, ref = _largest_saved(model, lambda: model(tokens, pos, None, labels=labels, **kwargs))
+    (ref * weights).sum().backward()
+    ref_grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    model.chunked_output_loss = True
+    saved, loss = _largest_saved(model, lambda: model(tokens, pos, None, labels=labels, **kwargs))
+    (loss * weights).sum().backward()
+    grads = _grads(model)
+    assert loss.shape == ref.shape == tokens.shape
+    torch.testing.assert_close(loss * mask, ref * mask, atol=1e-5, rtol=1e-5)
+    assert grads.keys() == ref_grads.keys() and len(grads) > 5
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)
+    assert ref_saved >= n_tokens * shard > saved, (ref_saved, saved, n_tokens * shard)
+    model.zero_grad(set_to_none=True)
+
+    # RL: the deferred output layer; log-prob + entropy over the real vocabulary at tau 0.7
+    out = model(tokens, pos, None, output_mask=mask, defer_output_layer=True)
+    assert isinstance(out, DeferredOutputLayer) and out.hidden.shape[0] == int(mask.sum())
+    targets = labels[mask]
+    hidden = out.hidden.detach().requires_grad_()
+    weight = out.weight.detach().requires_grad_()
+    logp, ent = output_layer_logprobs(hidden, weight, targets, 0.7, VOCAB, group=out.group)
+    w_lp, w_h = torch.linspace(-1, 1, len(targets)), torch.linspace(0.5, -0.5, len(targets))
+    ((logp * w_lp).sum() + (ent * w_h).sum()).backward()
+    grad_hidden = hidden.grad.clone()
+    if world > 1:  # the partial sums of the vocab shards (the model's copy region all-reduces them)
+        torch.distributed.all_reduce(grad_hidden, group=out.group)
+    full_weight = _gather_rows(weight.detach())
+
+    # TP = 1 on the gathered weight, one process
+    h1, w1 = hidden.detach().clone().requires_grad_(), full_weight.clone().requires_grad_()
+    logp1, ent1 = output_layer_logprobs(h1, w1, targets, 0.7, VOCAB, group=None)
+    ((logp1 * w_lp).sum() + (ent1 * w_h).sum()).backward()
+    torch.testing.assert_close(logp, logp1, atol=2e-6, rtol=0)
+    torch.testing.assert_close(ent, ent1, atol=2e-6, rtol=0)
+    torch.testing.assert_close(grad_hidden, h1.grad, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(_gather_rows(weight.grad), w1.grad, atol=1e-6, rtol=1e-5)
+
+    # naive full-vocab float64
+    h64, w64 = hidden.detach().double().requires_grad_(), full_weight.double().requires_grad_()
+    ref_lp, ref_h = reference_logprobs_and_entropy(h64 @ w64.t(), targets, 0.7, VOCAB)
+    ((ref_lp * w_lp.double()).sum() + (ref_h * w_h.double()).sum()).backward()
+    torch.testing.assert_close(logp.double(), ref_lp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent.double(), ref_h, atol=1e-5, rtol=0)
+    torch.testing.assert_close(grad_hidden.double(), h64.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(_gather_rows(weight.grad).double(), w64.grad, atol=1e-5, rtol=1e-4)
+    assert (_gather_rows(weight.grad)[VOCAB:] == 0).all()  # padding rows
+
+    # through the model: the deferred layer's gradients reach every parameter like the logits path's
+    model.zero_grad(set_to_none=True)
+    lp, h = model(tokens, pos, None, output_mask=mask, defer_output_layer=True).logprobs_and_entropy(
+        targets, 0.7, VOCAB
+    )
+    ((lp * w_lp).sum() + (h * w_h).sum()).backward()
+    deferred_grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    logits = model(tokens, pos, None, output_mask=mask)
+    from vepo_mcore.rl.logprobs import logprobs_and_entropy
+
+    lp2, h2 = logprobs_and_entropy(logits[0], targets, 0.7, vocab_size=VOCAB)
+    ((lp2 * w_lp).sum() + (h2 * w_h).sum()).backward()
+    for name, grad in _grads(model).items():
+        torch.testing.assert_close(deferred_grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("tied", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_chunked_output_layer_equals_megatron_and_float64(world, tied, masked):
+    run_processes(_check, world, args=(tied, masked))

@@ -1,0 +1,138 @@
+"""models.output_loss: log-prob, entropy and cross-entropy from hidden states and the output weight,
+chunk by chunk, against the naive full-vocab computation in float64 (values and the gradients of
+hidden and weight), one process; TP=2 and the model itself are in tests/dist/test_chunked_output.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vepo_mcore.models.output_loss import (
+    DeferredOutputLayer,
+    output_layer_cross_entropy,
+    output_layer_logprobs,
+)
+from vepo_mcore.rl.logprobs import reference_logprobs_and_entropy
+
+
+def _inputs(n=24, h=16, rows=40, dtype=torch.float32, scale=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = (torch.randn(n, h, generator=g, dtype=torch.float64) * scale).to(dtype)
+    weight = (torch.randn(rows, h, generator=g, dtype=torch.float64) * scale).to(dtype)
+    targets = torch.randint(0, rows, (n,), generator=g)
+    return hidden.requires_grad_(), weight.requires_grad_(), targets
+
+
+def _reference(hidden, weight, targets, tau, vocab, topk):
+    """Naive float64: full logits, log_softmax, gather, entropy; grads by autograd."""
+    h = hidden.detach().double().requires_grad_()
+    w = weight.detach().double().requires_grad_()
+    logp, ent = reference_logprobs_and_entropy(h @ w.t(), targets, tau, vocab, topk)
+    return h, w, logp, ent
+
+
+@pytest.mark.parametrize("tau,vocab,topk", [(1.0, None, None), (0.7, 37, None), (1.3, 37, 0.25)])
+@pytest.mark.parametrize("chunk", [None, 1, 5, 24])
+def test_values_and_grads_equal_float64_reference(tau, vocab, topk, chunk):
+    hidden, weight, targets = _inputs()
+    targets = targets % (vocab or 40)
+    logp, ent = output_layer_logprobs(hidden, weight, targets, tau, vocab, topk_frac=topk, chunk_size=chunk)
+    w_lp, w_h = torch.randn(24, dtype=torch.float64), torch.randn(24, dtype=torch.float64)
+    ((logp.double() * w_lp).sum() + (ent.double() * w_h).sum()).backward()
+    h, w, ref_lp, ref_h = _reference(hidden, weight, targets, tau, vocab, topk)
+    ((ref_lp * w_lp).sum() + (ref_h * w_h).sum()).backward()
+    assert logp.dtype == torch.float32 and ent.dtype == torch.float32
+    torch.testing.assert_close(logp.double(), ref_lp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent.double(), ref_h, atol=1e-5, rtol=0)
+    torch.testing.assert_close(hidden.grad.double(), h.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(weight.grad.double(), w.grad, atol=1e-4, rtol=1e-4)
+    if vocab is not None:  # padding rows take no part: zero gradient
+        assert (weight.grad[vocab:] == 0).all()
+
+
+def test_fp32_within_1e5_of_float64_at_full_vocab_and_wide_spread():
+    """152k rows, logits spread over ~50: the sums over the vocabulary must not accumulate sequentially."""
+    hidden, weight, targets = _inputs(n=6, h=32, rows=152_064, scale=1.2)
+    logp, ent = output_layer_logprobs(hidden, weight, targets, 0.7)
+    _, _, ref_lp, ref_h = _reference(hidden, weight, targets, 0.7, None, None)
+    assert (hidden.detach() @ weight.detach().t()).std() > 5
+    assert (logp.double() - ref_lp).abs().max() < 1e-5
+    assert (ent.double() - ref_h).abs().max() < 1e-5
+
+
+def test_cross_entropy_equals_torch_cross_entropy_and_its_grads():
+    hidden, weight, targets = _inputs(n=30, rows=50)
+    loss = output_layer_cross_entropy(hidden, weight, targets, chunk_size=7)
+    (loss * torch.arange(30.0)).sum().backward()
+    h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(h @ w.t(), targets, reduction="none")
+    (ref * torch.arange(30.0)).sum().backward()
+    torch.testing.assert_close(loss, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(hidden.grad, h.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(weight.grad, w.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_gradcheck_float64():
+    hidden, weight, targets = _inputs(n=5, h=4, rows=9, dtype=torch.float64)
+
+    def fn(h, w):
+        logp, ent = output_layer_logprobs(h, w, targets % 7, 0.8, 7, chunk_size=2)
+        return logp, ent
+
+    assert torch.autograd.gradcheck(fn, (hidden, weight))
+
+
+def test_bf16_weights_match_the_bf16_logits_path():
+    """bf16 hidden/weight: the chunk GEMM runs in bf16 like the output layer's, the softmax in fp32;
+    the weight gradient is summed over chunks in fp32."""
+    hidden, weight, targets = _inputs(n=20, h=32, rows=64, dtype=torch.bfloat16)
+    logp, ent = output_layer_logprobs(hidden, weight, targets, 0.9, chunk_size=3)
+    (logp.sum() + ent.sum()).backward()
+    h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    ref_lp, ref_h = reference_logprobs_and_entropy((h @ w.t()).float(), targets, 0.9)
+    (ref_lp.sum() + ref_h.sum()).backward()
+    assert logp.dtype == torch.float32 and hidden.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(logp, ref_lp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent, ref_h, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(hidden.grad.float(), h.grad.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(weight.grad.float(), w.grad.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_nothing_vocab_sized_is_saved_for_backward():
+    """The [N, V] logits never outlive a chunk: autograd keeps hidden, weight and per-token scalars."""
+    hidden, weight, targets = _inputs(n=64, h=8, rows=500)
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel() if t.data_ptr() not in (hidden.data_ptr(), weight.data_ptr()) else 0)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logp, ent = output_layer_logprobs(hidden, weight, targets, 0.7, chunk_size=8)
+    assert saved and max(saved) <= 64
+    saved.clear()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # the naive path does save [N, V]
+        reference_logprobs_and_entropy(hidden @ weight.t(), targets, 0.7)
+    assert max(saved) >= 64 * 500
+
+
+def test_deferred_output_layer_logits_and_logprobs():
+    hidden, weight, targets = _inputs(n=10, rows=30)
+    out = DeferredOutputLayer(hidden, weight)
+    assert out.logits().shape == (1, 10, 30)
+    logp, ent = out.logprobs_and_entropy(targets, 0.5, 29)
+    ref_lp, ref_h = reference_logprobs_and_entropy(out.logits()[0].double(), targets, 0.5, 29)
+    torch.testing.assert_close(logp.double(), ref_lp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent.double(), ref_h, atol=1e-5, rtol=0)
+
+
+def test_bad_arguments_raise_value_errors():
+    hidden, weight, targets = _inputs(n=4, h=8, rows=10)
+    with pytest.raises(ValueError, match="temperature"):
+        output_layer_logprobs(hidden, weight, targets, 0.0)
+    with pytest.raises(ValueError, match="hidden"):
+        output_layer_logprobs(hidden[:, :4], weight, targets)
+    with pytest.raises(ValueError, match="targets"):
+        output_layer_logprobs(hidden, weight, targets[:2])
+    with pytest.raises(ValueError, match="vocab_size"):
+        output_layer_logprobs(hidden, weight, targets, vocab_size=11)

@@ -1,0 +1,435 @@
+"""The output layer and its loss, chunk by chunk: never a [tokens, vocab] tensor.
+
+    loss = output_layer_cross_entropy(hidden, weight, labels, group=tp)              # CPT / SFT, [N]
+    logp, entropy = output_layer_logprobs(hidden, weight, targets, tau, vocab_size)  # RL, [N] each
+
+hidden [N, h] are the final hidden states of the positions a loss reads (identical on every TP rank),
+weight [V_pad / TP, h] this rank's rows of the vocab-parallel output layer (megatron's
+ColumnParallelLinear, or the tied embedding). For each chunk of tokens the logits [c, V_pad / TP] are
+computed by one GEMM into a reused buffer, reduced to per-token scalars (row max, log-normaliser,
+target logit, entropy; across TP by one MAX and one SUM all-reduce per chunk, as megatron's
+vocab_parallel_cross_entropy does for the whole tensor) and dropped. Backward recomputes each chunk's
+logits, turns them into dL/dlogits in place and feeds the two GEMMs (dL/dhidden, dL/dweight), so the
+memory above the weights and their gradient is two chunk buffers whatever T is: never T x V.
+dL/dhidden is this rank's partial sum over its vocab slice; the caller wraps `hidden` in megatron's
+copy_to_tensor_model_parallel_region (or the sequence-parallel gather) as ColumnParallelLinear does,
+whose backward all-reduces it.
+
+`DeferredOutputLayer` is what QwenGPTModel returns for `defer_output_layer=True`: the hidden states
+and the weight, for a loss that wants log-probs and entropy (rl.logprobs) instead of logits.
+
+The per-chunk arithmetic (`chunk_statistics`, `chunk_logits_grad`) is shared with rl.logprobs, which
+applies it to logits it is handed. Precision: sums over the vocabulary are torch reductions (pairwise
+on CPU); entropy is log s - sum p z with z shifted to <= 0 (no cancellation); per-token arithmetic in
+float64. Log-prob and entropy are within 1e-5 of float64 in fp32 (tests/unit/test_logprobs.py,
+tests/unit/test_output_loss.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+LOG2E = 1.0 / math.log(2.0)
+CHUNK_BYTES = 64 << 20
+"""One [chunk tokens, V_pad / TP] work buffer of the hidden-state path (forward and backward hold two).
+At V = 152,064 in fp32 that is 110 tokens: large enough for the GEMMs to run near their full rate,
+small enough to stay a few percent of the logits of any realistic micro-batch."""
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    # fp32 for bf16/fp16/fp32 inputs; float64 only when the input already is (gradcheck, references).
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def group_rank_size(group: Any) -> tuple[int, int]:
+    if group is None or not dist.is_available() or not dist.is_initialized():
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def all_reduce(t: torch.Tensor, op, group: Any, world: int) -> torch.Tensor:
+    if world > 1:
+        dist.all_reduce(t, op=op, group=group)
+    return t
+
+
+def log2e(dtype: torch.dtype) -> float:
+    """log2(e) rounded to `dtype` (its value as a Python float: the factor actually applied)."""
+    return torch.tensor(LOG2E, dtype=dtype).item()
+
+
+def base2_shifted(
+    buf: torch.Tensor, src: torch.Tensor, raw_max: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """buf[:c] <- (src - max) / tau * log2(e): the tempered logits shifted to <= 0, in base-2 units
+    (`buf` may be `src`'s own storage).
+
+    exp2 of these is exp((src - max) / tau), and torch's exp2 runs ~3x faster than its exp on CPU.
+    Subtracting the max first keeps each element's rounding relative to its own shifted value, and
+    dividing by tau (not multiplying by a rounded 1 / tau) adds no error shared by all elements: a
+    shared relative error d tilts the distribution and moves H by d * Var_p(z). The one shared
+    factor left, log2(e) in fp32, is off by 1.3e-8. Forward and backward call this on the same
+    inputs, so the values (and the top-k set) are bit-identical.
+    """
+    t = torch.sub(src, raw_max.unsqueeze(-1), out=buf[: src.shape[0]])
+    if temperature != 1.0:
+        t.div_(temperature)
+    return t.mul_(log2e(t.dtype))
+
+
+@dataclass
+class ChunkStats:
+    """Per-token results of one chunk: row max of the raw logits (compute dtype), natural log of the
+    sum of exp((z - max) / tau), log-prob and entropy (float64); top-k threshold and mass or None."""
+
+    raw_max: torch.Tensor
+    log_sum: torch.Tensor
+    logp: torch.Tensor
+    entropy: torch.Tensor
+    top_thr: torch.Tensor | None = None
+    top_mass: torch.Tensor | None = None
+
+
+def chunk_statistics(
+    src: torch.Tensor,
+    z_buf: torch.Tensor,
+    e_buf: torch.Tensor,
+    picked: torch.Tensor,
+    temperature: float,
+    group: Any,
+    world: int,
+    topk: tuple[int, float, int] | None = None,
+    need_entropy: bool = True,
+) -> ChunkStats:
+    """Log-prob and entropy of one chunk of this rank's logits (the whole vocabulary across TP).
+
+    src [c, valid]: the logits of the real columns, compute dtype (fp32/float64); may be z_buf's own
+    storage (then overwritten). z_buf, e_buf [>= c, valid]: work buffers. picked [c]: the raw target
+    logit where this rank holds the target, else 0. topk: (vocab_size, frac, shard width) for the
+    top-k entropy, None for the exact one. need_entropy=False skips the entropy (returned as 0).
+    """
+    c, valid = src.shape
+    cdt, dev = src.dtype, src.device
+    if valid > 0:
+        m = src.amax(dim=-1)  # the max of the raw logits: tau > 0 keeps the argmax
+    else:  # a rank holding only padding columns
+        m = torch.full((c,), -math.inf, dtype=cdt, device=dev)
+    m = all_reduce(m, dist.ReduceOp.MAX, group, world)
+    t = base2_shifted(z_buf, src, m, temperature)  # (logits - max) / tau / ln 2 <= 0
+    e = torch.exp2(t, out=e_buf[:c])
+    sums = torch.zeros(3, c, dtype=cdt, device=dev)
+    if valid > 0:
+        # torch's CPU reductions sum float rows pairwise (error ~ log V, not V, roundings);
+        # a BLAS dot (bmm) accumulates sequentially and was 40x less accurate here
+        sums[0] = e.sum(dim=-1)
+        sums[2] = picked  # only the target's owner contributes, so the all-reduce sum is exact
+        if topk is None and need_entropy:
+            sums[1] = e.mul_(t).sum(dim=-1)  # sum e * t over nonpositive t: no cancellation
+    sums = all_reduce(sums, dist.ReduceOp.SUM, group, world)
+    # per-token scalars in float64 (O(T) work): the results then carry one fp32 rounding each
+    s, et, target = sums.to(torch.float64).unbind(0)
+    ls = torch.log(s)
+    logp = (target - m.to(torch.float64)) / temperature - ls
+    if topk is not None:
+        thr, mass, ent = _topk_entropy(t, e, s, ls, *topk, group, world)
+        return ChunkStats(m, ls, logp, ent, thr, mass)
+    # H = log s - sum p z with z = t / log2(e) shifted: both terms >= 0, no cancellation
+    ent = ls - et / (s * log2e(cdt)) if need_entropy else torch.zeros_like(ls)
+    return ChunkStats(m, ls, logp, ent)
+
+
+def chunk_logits_grad(
+    src: torch.Tensor,
+    z_buf: torch.Tensor,
+    out: torch.Tensor,
+    raw_max: torch.Tensor,
+    log_sum: torch.Tensor,
+    entropy: torch.Tensor,
+    top_thr: torch.Tensor | None,
+    top_mass: torch.Tensor | None,
+    grad_logp: torch.Tensor,
+    grad_entropy: torch.Tensor | None,
+    targets: torch.Tensor,
+    target_grad: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
+    """out <- dL/dlogits of one chunk [c, valid], from the forward's per-token scalars (all [c]).
+
+    src: the chunk's logits (compute dtype; may be z_buf's storage, then overwritten); out: [c, valid]
+    in the compute dtype (may not alias src). grad_entropy None: the loss does not read the entropy.
+    targets: local column of each target (any valid column where not on this rank); target_grad:
+    dL/dlogp where this rank holds the target, else 0.
+
+    With z = logits / tau, p = softmax(z), H = -sum p log p:
+        d logp / dz_j = 1[j = target] - p_j,   d H / dz_j = -p_j (log p_j + H)
+    and d/dlogits = d/dz / tau. Top-k entropy H_k over the set S of the k most probable tokens:
+    d H_k / dz_j = p_j (P_S - H_k) - 1[j in S] p_j (log p_j + 1), P_S = sum_S p (S held constant).
+    """
+    c = src.shape[0]
+    inv_tau = 1.0 / temperature
+    g_lp = grad_logp.unsqueeze(-1)
+    if top_thr is None:
+        # log2 p_j = (logits_j - max) / tau / ln 2 - log2 s: one rounded factor, whose error
+        # is relative to the shifted value; the gradient needs no more than that
+        y = torch.sub(src, raw_max.unsqueeze(-1), out=z_buf[:c])
+        log2p = torch.add((log_sum * -LOG2E).unsqueeze(-1), y, alpha=inv_tau * LOG2E, out=y)
+        p = torch.exp2(log2p, out=out)
+        if grad_entropy is None:
+            g = p.mul_(g_lp * -inv_tau)
+        else:
+            g_h = grad_entropy.unsqueeze(-1)
+            # -p * (g_lp + g_h * (log p + H)) = p * (-(g_h H + g_lp) - g_h ln2 log2 p)
+            const = (g_h * entropy.unsqueeze(-1) + g_lp).mul_(-inv_tau)
+            g = p.mul_(log2p.mul_(g_h * (-inv_tau / LOG2E)).add_(const))
+    else:
+        g_h = (torch.zeros_like(grad_logp) if grad_entropy is None else grad_entropy).unsqueeze(-1)
+        t = base2_shifted(z_buf, src, raw_max, temperature)
+        selected = t >= top_thr.unsqueeze(-1)  # the same values as in forward: the same set
+        log2p = t.sub_((log_sum * LOG2E).unsqueeze(-1))
+        p = torch.exp2(log2p, out=out)
+        # p * (g_h (P_S - H_k) - g_lp) - 1[S] g_h p (log p + 1), log p + 1 = ln2 (log2 p + log2 e)
+        const = (g_h * (top_mass - entropy).unsqueeze(-1) - g_lp).mul_(inv_tau)
+        g = p.mul_(log2p.add_(LOG2E).mul_(selected).mul_(g_h * (-inv_tau / LOG2E)).add_(const))
+    g[torch.arange(c, device=g.device), targets] += target_grad * inv_tau
+    return g
+
+
+def _topk_entropy(t, e, s, log_s, vocab_size, frac, shard, group, world):
+    """Threshold (in t's units), probability mass and entropy of the top ceil(frac*V) tokens.
+
+    t: [c, valid] tempered logits minus the global row max, in base-2 units; e = exp2(t) (overwritten);
+    s, log_s: [c] global sum-exp and its natural log (float64). Returns thr in t's dtype, mass and
+    entropy in s's.
+    """
+    k = max(1, math.ceil(frac * vocab_size))
+    cols = t.shape[1]
+    local_k = min(k, cols)
+    vals = t.topk(local_k, dim=-1).values if local_k > 0 else t.new_empty(t.shape[0], 0)
+    # every rank contributes the same number of candidates (padded with -inf) so all_gather shapes match
+    width = min(k, shard)
+    if vals.shape[1] < width:
+        pad = vals.new_full((vals.shape[0], width - vals.shape[1]), -math.inf)
+        vals = torch.cat([vals, pad], dim=1)
+    if world > 1:
+        gathered = [torch.empty_like(vals) for _ in range(world)]
+        dist.all_gather(gathered, vals.contiguous(), group=group)
+        vals = torch.cat(gathered, dim=1)
+    thr = vals.topk(min(k, vals.shape[1]), dim=-1).values[:, -1]
+    sums = torch.zeros(2, t.shape[0], dtype=t.dtype, device=t.device)
+    if cols > 0:
+        e_sel = e.mul_(t >= thr.unsqueeze(-1))
+        sums[0] = e_sel.sum(dim=-1)
+        sums[1] = e_sel.mul_(t).sum(dim=-1)
+    sums = all_reduce(sums, dist.ReduceOp.SUM, group, world).to(s.dtype)
+    mass = sums[0] / s
+    # H_k = -sum_S p (z - log s) = -(sum_S e z) / s + P_S log s, z = t / log2(e)
+    ent = mass * log_s - sums[1] / (s * log2e(t.dtype))
+    return thr, mass, ent
+
+
+def chunk_tokens(shard_width: int, dtype: torch.dtype, chunk_bytes: int | None = None) -> int:
+    """Tokens per chunk of the hidden-state path: one [tokens, shard_width] buffer in the compute dtype
+    takes at most `chunk_bytes` (None: CHUNK_BYTES); at least one token."""
+    row_bytes = max(1, shard_width) * torch.finfo(compute_dtype(dtype)).bits // 8
+    return max(1, (CHUNK_BYTES if chunk_bytes is None else chunk_bytes) // row_bytes)
+
+
+class _OutputLayerLogprobs(torch.autograd.Function):
+    """(hidden [N, h], weight [V_shard, h]) -> (logp [N], entropy [N]) in the compute dtype."""
+
+    @staticmethod
+    def forward(
+        ctx, hidden, weight, targets, temperature, vocab_start, valid, group, world, topk, chunk, need_entropy
+    ):
+        n, cdt, dev = hidden.shape[0], compute_dtype(weight.dtype), hidden.device
+        local = targets - vocab_start
+        in_shard = (local >= 0) & (local < valid)
+        safe_targets = torch.where(in_shard, local, torch.zeros_like(local))
+        w = weight[:valid]  # padding rows never take part (their gradient is 0)
+        rows = max(1, min(chunk, n))
+        # reused chunk buffers: fresh large allocations cost page faults on CPU
+        l_buf = torch.empty(rows, valid, dtype=weight.dtype, device=dev)
+        z_buf = l_buf if weight.dtype == cdt else torch.empty(rows, valid, dtype=cdt, device=dev)
+        e_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
+        out = {k: torch.empty(n, dtype=cdt, device=dev) for k in ("raw_max", "log_sum", "logp", "entropy")}
+        if topk is not None:
+            out.update(
+                top_thr=torch.empty(n, dtype=cdt, device=dev), top_mass=torch.empty(n, dtype=cdt, device=dev)
+            )
+        for start in range(0, n, chunk):
+            sl = slice(start, min(n, start + chunk))
+            src = _chunk_logits(hidden[sl], w, l_buf, z_buf)
+            picked = src.gather(1, safe_targets[sl].unsqueeze(-1)).squeeze(-1)
+            picked = torch.where(in_shard[sl], picked, torch.zeros_like(picked))
+            stats = chunk_statistics(src, z_buf, e_buf, picked, temperature, group, world, topk, need_entropy)
+            for key, value in vars(stats).items():
+                if value is not None:
+                    out[key][sl] = value
+        ctx.save_for_backward(
+            hidden, weight, safe_targets, in_shard, out["raw_max"], out["log_sum"], out["entropy"],
+            out.get("top_thr"), out.get("top_mass"),
+        )  # fmt: skip
+        ctx.cfg = (temperature, valid, chunk, need_entropy)
+        return out["logp"], out["entropy"]
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        hidden, weight, safe_targets, in_shard, raw_max, log_sum, entropy, top_thr, top_mass = (
+            ctx.saved_tensors
+        )
+        temperature, valid, chunk, need_entropy = ctx.cfg
+        n, cdt, dev = hidden.shape[0], compute_dtype(weight.dtype), hidden.device
+        grad_hidden = torch.zeros_like(hidden)
+        grad_weight = torch.zeros_like(weight)
+        nones = (None,) * 9
+        if valid == 0 or n == 0:
+            return (grad_hidden, grad_weight, *nones)
+        grad_logp = torch.zeros(n, dtype=cdt, device=dev) if grad_logp is None else grad_logp.to(cdt)
+        if grad_entropy is not None and need_entropy:
+            grad_entropy = grad_entropy.to(cdt)
+        else:
+            grad_entropy = None
+        target_grad = torch.where(in_shard, grad_logp, torch.zeros_like(grad_logp))
+        w = weight[:valid]
+        rows = max(1, min(chunk, n))
+        l_buf = torch.empty(rows, valid, dtype=weight.dtype, device=dev)
+        z_buf = l_buf if weight.dtype == cdt else torch.empty(rows, valid, dtype=cdt, device=dev)
+        g_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
+        low = weight.dtype != cdt  # bf16/fp16 GEMMs: the gradient chunk is cast, dweight summed in fp32
+        if low:
+            dw_acc = torch.zeros(valid, weight.shape[1], dtype=cdt, device=dev)
+            dw_part = torch.empty(valid, weight.shape[1], dtype=weight.dtype, device=dev)
+        for start in range(0, n, chunk):
+            sl = slice(start, min(n, start + chunk))
+            h = hidden[sl]
+            src = _chunk_logits(h, w, l_buf, z_buf)
+            g = chunk_logits_grad(
+                src, z_buf, g_buf[: src.shape[0]], raw_max[sl], log_sum[sl], entropy[sl],
+                None if top_thr is None else top_thr[sl], None if top_mass is None else top_mass[sl],
+                grad_logp[sl], None if grad_entropy is None else grad_entropy[sl],
+                safe_targets[sl], target_grad[sl], temperature,
+            )  # fmt: skip
+            if low:
+                g = l_buf[: g.shape[0]].copy_(g)
+            torch.mm(g, w, out=grad_hidden[sl])
+            if low:
+                dw_acc.add_(torch.mm(g.t(), h, out=dw_part))
+            else:
+                grad_weight[:valid].addmm_(g.t(), h)
+        if low:
+            grad_weight[:valid] = dw_acc
+        return (grad_hidden, grad_weight, *nones)
+
+
+def _chunk_logits(h: torch.Tensor, w: torch.Tensor, l_buf: torch.Tensor, z_buf: torch.Tensor) -> torch.Tensor:
+    """h [c, hidden] @ w[valid, hidden]^T into l_buf, in the compute dtype (z_buf when it differs)."""
+    c = h.shape[0]
+    logits = torch.mm(h, w.t(), out=l_buf[:c])
+    if z_buf is l_buf:
+        return logits
+    return z_buf[:c].copy_(logits)
+
+
+def output_layer_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    vocab_size: int | None = None,
+    group: Any = None,
+    topk_frac: float | None = None,
+    need_entropy: bool = True,
+    chunk_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log softmax(hidden @ weight^T / tau)[target] and the entropy of softmax(. / tau), chunk by chunk.
+
+    hidden [N, h] (replicated over the TP group), weight [V_shard, h] (rank r holds global rows
+    [r * V_shard, (r + 1) * V_shard)), targets [N] global ids. vocab_size: the real vocabulary (rows
+    at or above it never take part); None = every row. group: the TP group (None: one process).
+    topk_frac: the top-k entropy (see rl.logprobs). need_entropy=False: entropy comes back as zeros
+    and costs nothing. chunk_size: tokens per chunk; None = sized by CHUNK_BYTES.
+    Returns (logp, entropy), [N] each, fp32 (float64 for a float64 weight), differentiable with
+    respect to hidden and weight.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"hidden {tuple(hidden.shape)} must be [N, h] and weight {tuple(weight.shape)} [V, h]"
+        )
+    if targets.shape != hidden.shape[:1]:
+        raise ValueError(f"targets {tuple(targets.shape)} must be [N] with N = {hidden.shape[0]}")
+    rank, world = group_rank_size(group)
+    shard = weight.shape[0]
+    vocab_size = shard * world if vocab_size is None else vocab_size
+    if not 0 < vocab_size <= shard * world:
+        raise ValueError(f"vocab_size {vocab_size} must be in (0, {shard} * {world}] (shard rows x TP size)")
+    vocab_start = rank * shard
+    valid = max(0, min(shard, vocab_size - vocab_start))
+    topk = None if topk_frac is None else (vocab_size, topk_frac, shard)
+    chunk = chunk_size or chunk_tokens(valid, weight.dtype)
+    if hidden.dtype != weight.dtype:
+        hidden = hidden.to(weight.dtype)
+    return _OutputLayerLogprobs.apply(
+        hidden, weight, targets.reshape(-1).long(), float(temperature), vocab_start, valid, group, world,
+        topk, int(chunk), need_entropy,
+    )  # fmt: skip
+
+
+def output_layer_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    group: Any = None,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Per-token cross-entropy [N] (fp32) of labels [N] under softmax(hidden @ weight^T) over every row
+    of the (vocab-parallel) weight, as megatron's vocab_parallel_cross_entropy over the output
+    layer's logits; never holds [N, V]."""
+    logp, _ = output_layer_logprobs(
+        hidden, weight, labels, group=group, need_entropy=False, chunk_size=chunk_size
+    )
+    return -logp
+
+
+@dataclass
+class DeferredOutputLayer:
+    """The output layer not yet applied: QwenGPTModel's output for `defer_output_layer=True`.
+
+    hidden [N, h]: the final hidden states of the selected positions, already inside megatron's
+    tensor-parallel region (its backward all-reduces their gradient); weight [V_pad / TP, h]: this
+    rank's output-layer rows; group: the TP group.
+    """
+
+    hidden: torch.Tensor
+    weight: torch.Tensor
+    group: Any = None
+
+    def logprobs_and_entropy(
+        self,
+        targets: torch.Tensor,
+        temperature: float = 1.0,
+        vocab_size: int | None = None,
+        topk_frac: float | None = None,
+        chunk_size: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """output_layer_logprobs of targets [N]."""
+        return output_layer_logprobs(
+            self.hidden,
+            self.weight,
+            targets,
+            temperature,
+            vocab_size,
+            self.group,
+            topk_frac,
+            chunk_size=chunk_size,
+        )
+
+    def logits(self) -> torch.Tensor:
+        """The full logits [1, N, V_pad / TP] (tests and debugging: this is the T x V tensor)."""
+        return torch.nn.functional.linear(self.hidden, self.weight).unsqueeze(0)
