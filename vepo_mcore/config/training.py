@@ -58,6 +58,10 @@ class CheckpointConfig:
     verify_hashes: bool = False
     """Also check every checkpoint file's SHA-256 against its integrity.json when loading (reads the
     checkpoint once more, split over the ranks); file sizes are always checked."""
+    async_save: bool = False
+    """Write checkpoints in the background (megatron.core's async save, as Megatron-LM's --async-save):
+    training waits only while the state is copied to host memory; the checkpoint becomes `latest`
+    once written, at a later step, before the next save or at the end of the run. Still atomic."""
     lock_stale_minutes: float = 10.0
     """A `save` folder is locked by the run writing it (save/writer.lock, refreshed every 30 s). A lock
     left by a dead process on this host is taken over at once; one from another host when it is

@@ -240,7 +240,8 @@ class RLTrainer:
 
         ckpt = self.cfg.training.checkpoint
         common = dict(data_state={"prompts": self.prompts.state_dict()}, config=self.cfg,
-                      tokenizer_dir=str(self.tokenizer.path), keep_last=ckpt.keep_last)  # fmt: skip
+                      tokenizer_dir=str(self.tokenizer.path), keep_last=ckpt.keep_last,
+                      async_save=ckpt.async_save)  # fmt: skip
         save_checkpoint(ckpt.save, self.iteration, self.model, self.optimizer, self.scheduler, **common)
         if self.critic is not None:
             save_checkpoint(Path(ckpt.save) / "critic", self.iteration, self.critic, self.critic_optimizer,

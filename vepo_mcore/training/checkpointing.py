@@ -21,6 +21,18 @@ and tokenizer, renames the directory to `iter_XXXXXXX` and only then replaces th
 file (write to a temp file, fsync, os.replace). A crash anywhere before that leaves `latest`
 on the previous complete checkpoint; a stale `.tmp` is removed by the next save.
 
+Asynchronous saves (`async_save=True`, training.checkpoint.async_save): megatron.core's async
+request (dist_checkpointing.save(..., async_sharded_save=True)) and its AsyncCallsQueue, as
+Megatron-LM's --async-save. The caller blocks only while the state is staged (planning, GPU->host
+copies, a fork: on CPU the forked writer's copy-on-write memory is the snapshot); a forked process
+writes the shards into the `.tmp` folder and hashes them. Everything that makes the checkpoint
+visible (megatron's .metadata and metadata.json, integrity.json, the rename, `latest`, pruning)
+runs in the finalisation: `finalize_async_saves()`, on every rank, which the training loop calls
+after each step (without waiting), before the next save into the same folder (waiting) and at the
+end of run_training (waiting; also after an exception, when every rank reaches it). A process killed
+while a save is in flight leaves `latest` on the previous checkpoint; its writer processes die with
+it (PR_SET_PDEATHSIG), so none can write into a folder a relaunch reuses.
+
 Integrity: each rank hashes the shard files it wrote straight after writing them (still in its page
 cache, so no rank reads more than its own share and nothing is read twice from disk); rank 0 adds
 the rest and writes `integrity.json` last, inside the `.tmp` folder before the rename. Loading
@@ -46,8 +58,11 @@ import random
 import re
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -321,6 +336,7 @@ def save_checkpoint(
     tokenizer_dir: str | Path | None = None,
     keep_last: int = 0,
     optimizer_sharding: str = "dp_reshardable",
+    async_save: bool = False,
 ) -> Path:
     """Collective: write <save_dir>/iter_{iteration:07d} atomically and point `latest` at it.
 
@@ -328,12 +344,16 @@ def save_checkpoint(
     `optimizer_sharding` (distributed optimizer only): 'dp_reshardable' = megatron's parallel
     per-rank layout, loadable with another DP size; 'fully_reshardable' = gathered canonical
     layout (costs a gather on DP rank 0), loadable with any TP/PP/DP.
+    `async_save`: return once the state is staged; the path exists (and `latest` names it) only
+    after finalize_async_saves() on every rank. A save waits for the previous one into the same
+    folder to be finalised first.
     """
     from megatron.core import dist_checkpointing
 
-    from vepo_mcore.config.base import save_config, to_dict
+    from vepo_mcore.config.base import to_dict
 
     save_dir = Path(save_dir)
+    finalize_async_saves(save_dir)  # one save in flight per folder: the previous one completes first
     final = iteration_dir(save_dir, iteration)
     tmp = final.with_name(final.name + ".tmp")
     if _rank() == 0:
@@ -356,19 +376,45 @@ def save_checkpoint(
         parallel=_parallel_layout(),
         config=to_dict(config) if config is not None else None,
     )
-    dist_checkpointing.save(state, str(tmp))
+    complete = partial(_complete_save, save_dir, tmp, iteration, config, tokenizer_dir, keep_last)
+    if not async_save:
+        dist_checkpointing.save(state, str(tmp))
+        # Writing draws from python/numpy RNGs (and megatron's tracker): put them back, so a run that
+        # saved continues exactly as one resumed from this checkpoint does.
+        set_rng_state(rng_at_save)
+        complete()
+        return final
+
+    request = dist_checkpointing.save(state, str(tmp), async_sharded_save=True)
+    set_rng_state(rng_at_save)
+    if request.async_fn is not None:  # None: nothing to write on this rank
+        request = request._replace(async_fn=partial(_background_write, os.getpid(), tmp, request.async_fn))
+    request.add_finalize_fn(complete)
+    queue = _async_queues().setdefault(os.path.abspath(save_dir), _new_async_queue())
+    queue.schedule_async_request(request)  # stages GPU tensors to host memory, then forks the writer
+    return final
+
+
+def _complete_save(
+    save_dir: Path,
+    tmp: Path,
+    iteration: int,
+    config: Any,
+    tokenizer_dir: str | Path | None,
+    keep_last: int,
+) -> None:
+    """Collective, after every rank's shards are written: integrity.json, config and tokenizer, the
+    rename and the `latest` pointer (rank 0), retention."""
+    from vepo_mcore.config.base import save_config
+
     _barrier()
-    # Each rank hashes the shards it just wrote (from its page cache); rank 0 records the rest.
-    own = [f for f in sorted(tmp.iterdir()) if _shard_writer(f.name) == _rank()]
-    recorded = [record_files(tmp, own)]
+    # Each rank hashes the shards it wrote (from its page cache; an async writer hashed them already).
+    recorded = [_own_shard_records(tmp)]
     if dist.is_initialized():
         recorded = [None] * dist.get_world_size()
-        dist.all_gather_object(recorded, record_files(tmp, own))
-    # Writing draws from python/numpy RNGs (and megatron's tracker): put them back, so a run that
-    # saved continues exactly as one resumed from this checkpoint does.
-    set_rng_state(rng_at_save)
-
+        dist.all_gather_object(recorded, _own_shard_records(tmp))
     if _rank() == 0:
+        final = iteration_dir(save_dir, iteration)
         # Inside the iteration (self-contained) and beside it (where tools/convert_hf.py looks).
         for where in (tmp, save_dir):
             if config is not None:
@@ -383,7 +429,129 @@ def save_checkpoint(
         if keep_last > 0:
             _prune(save_dir, keep_last, keep=iteration)
     _barrier()
-    return final
+
+
+def _own_shard_records(tmp: Path) -> dict[str, dict[str, Any]]:
+    """{file: {size, sha256}} of the torch_dist shards this rank wrote into `tmp`; taken from the
+    record its background writer left (then removed) when there is one."""
+    rank = _rank()
+    hashed = tmp / _HASHES_FILE.format(rank=rank)
+    if hashed.is_file():
+        records = json.loads(hashed.read_text())
+        hashed.unlink()
+        return records
+    return record_files(tmp, [f for f in sorted(tmp.iterdir()) if _shard_writer(f.name) == rank])
+
+
+# -- asynchronous saves ------------------------------------------------------------------------
+
+_HASHES_FILE = ".shards-{rank}.json"
+"""Inside `iter_*.tmp`: the size and SHA-256 of the shards a background writer wrote (removed when
+the save is finalised, before integrity.json lists the folder)."""
+ERROR_FINALIZE_TIMEOUT_S = 60.0
+"""After an exception, how long the ranks wait for each other before finalising a save in flight;
+when not every rank arrives (the error was not everywhere) the save is abandoned."""
+_ASYNC: dict[str, Any] = {"queues": {}, "group": None}
+"""{"queues": {save folder: megatron AsyncCallsQueue of its saves in flight}, "group": a gloo group
+for the timed barrier after an exception}: the same on every rank, in the same order."""
+
+
+def _async_queues() -> dict[str, Any]:
+    return _ASYNC["queues"]
+
+
+def _new_async_queue():
+    from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+
+    if _ASYNC["group"] is None and dist.is_initialized():
+        # Collective, so made here where every rank saves: monitored_barrier needs gloo (with NCCL too).
+        _ASYNC["group"] = dist.new_group(backend="gloo")
+    # Not persistent: megatron's persistent worker is spawned and receives the state through a queue,
+    # which would move CPU tensors into shared memory in place (the training would overwrite them).
+    return AsyncCallsQueue(persistent=False)
+
+
+def async_saves_in_flight() -> int:
+    """Saves scheduled on this rank and not finalised yet."""
+    return sum(q.get_num_unfinalized_calls() for q in _async_queues().values())
+
+
+def finalize_async_saves(save_dir: str | Path | None = None, *, blocking: bool = True) -> int:
+    """Collective: finalise the asynchronous saves in flight (of `save_dir`, or all), so that each
+    becomes the folder's `latest`. `blocking=False` finalises only those whose writers have finished
+    on every rank (one small all-reduce per folder with a save in flight; nothing when none is).
+    A writer's failure raises megatron's CheckpointException on every rank. Returns how many saves
+    were finalised. The training RNG streams are left as they were."""
+    queues = _async_queues()
+    keys = list(queues) if save_dir is None else [os.path.abspath(save_dir)]
+    pending = [queues[k] for k in keys if k in queues and queues[k].get_num_unfinalized_calls()]
+    if not pending:
+        return 0
+    rng = rng_state()
+    try:
+        return sum(len(q.maybe_finalize_async_calls(blocking=blocking)) for q in pending)
+    finally:
+        set_rng_state(rng)
+
+
+def close_async_saves(after_error: bool = False) -> None:
+    """End of a run (every rank): finalise what is in flight, then forget the run's queues. After an
+    exception, first wait up to ERROR_FINALIZE_TIMEOUT_S for every rank to get here (a gloo
+    monitored barrier): when one does not (the error hit only some ranks) the saves are abandoned
+    instead: their writers are killed and `latest` stays on the previous checkpoint. Never raises
+    after an exception (the original error is the one to report)."""
+    try:
+        if not async_saves_in_flight():
+            return
+        if not after_error:
+            finalize_async_saves()
+            return
+        try:
+            if dist.is_initialized() and dist.get_world_size() > 1:
+                timeout = timedelta(seconds=ERROR_FINALIZE_TIMEOUT_S)
+                dist.monitored_barrier(_ASYNC["group"], timeout=timeout, wait_all_ranks=True)
+            _warn_rank0("finalising the checkpoint being written before exiting on the error")
+            finalize_async_saves()
+        except Exception as exc:
+            print(f"WARNING: checkpoint in flight abandoned ({exc}); latest stays on the previous one",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            for queue in _async_queues().values():
+                for active in queue.async_calls:
+                    active.async_caller.close(abort=True)
+                queue.async_calls.clear()
+    finally:
+        # The next run (maybe on a new process group) starts afresh.
+        _ASYNC["queues"], _ASYNC["group"] = {}, None
+
+
+def _background_write(trainer_pid: int, tmp: Path, write: Callable, rank: int, buckets, *args) -> None:
+    """The forked writer: megatron's write of this rank's shards, then their sizes and SHA-256 (read
+    back from the page cache while the trainer trains) for the finalisation."""
+    _die_with_parent(trainer_pid)
+    # megatron forks one process per file; those must not outlive the trainer either.
+    os.register_at_fork(after_in_child=partial(_die_with_parent, os.getpid()))
+    write(rank, buckets, *args)
+    start = time.perf_counter()
+    try:
+        records = record_files(tmp, [Path(bucket[0]) for bucket in buckets])
+        part = tmp / (_HASHES_FILE.format(rank=rank) + ".part")
+        part.write_text(json.dumps(records))
+        os.replace(part, tmp / _HASHES_FILE.format(rank=rank))
+    except OSError as exc:  # the finalisation hashes them itself
+        print(f"rank {rank}: background shard hashing failed ({exc}) after {time.perf_counter() - start:.1f}s",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when its parent dies (Linux prctl PR_SET_PDEATHSIG): a writer left behind by
+    a killed trainer could otherwise write into an `iter_*.tmp` folder that a relaunch re-creates."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the parent died before the line above
+        os._exit(1)
 
 
 def copy_tokenizer(src: str | Path, dst: str | Path) -> None:

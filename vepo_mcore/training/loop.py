@@ -240,7 +240,7 @@ class LMTrainer:
         ckpt = self.cfg.training.checkpoint
         save_checkpoint(
             ckpt.save, self.iteration, self.model, self.optimizer, self.scheduler, consumed_samples=self.consumed,
-            config=self.cfg, tokenizer_dir=self.tokenizer_dir, keep_last=ckpt.keep_last,
+            config=self.cfg, tokenizer_dir=self.tokenizer_dir, keep_last=ckpt.keep_last, async_save=ckpt.async_save,
         )  # fmt: skip
 
     def finish(self, history: list[dict[str, float]]) -> None:

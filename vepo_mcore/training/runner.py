@@ -9,7 +9,9 @@ What the loop does, for every trainer alike:
 - steps to training.train_iters, logging a metrics row every `trainer.log_interval` steps (tokens/s
   over the steps since the last row, the ETA);
 - evaluates every training.eval_interval steps when the trainer has something to evaluate;
-- saves every training.checkpoint.save_interval steps and at the end (not twice for one step);
+- saves every training.checkpoint.save_interval steps and at the end (not twice for one step); with
+  training.checkpoint.async_save, finalises a background save after the step that sees it written,
+  and at the end (after an exception too, when every rank raised);
 - tears down in a finally, whatever raised: the metrics writers, then the trainer's own resources
   (the RL trainer's rollout engine).
 """
@@ -58,17 +60,24 @@ class Trainer(Protocol):
 def run_training(checkpoint: CheckpointConfig, build: Callable[[], Trainer]) -> list[dict[str, float]]:
     """Build the trainer under the save folder's lock and run it; returns the metrics of the steps
     this call ran (on every rank), one {"step": n, ...} row per step."""
+    from vepo_mcore.training.checkpointing import close_async_saves
     from vepo_mcore.training.writer_lock import save_folder_lock
 
     with save_folder_lock(checkpoint):  # one run writes a save folder at a time
         trainer = build()
         try:
-            return _loop(trainer)
+            history = _loop(trainer)
+            close_async_saves()  # the last checkpoint is whole (and `latest`) before the run returns
+            return history
+        except BaseException:
+            close_async_saves(after_error=True)
+            raise
         finally:
             trainer.close()
 
 
 def _loop(trainer: Trainer) -> list[dict[str, float]]:
+    from vepo_mcore.training.checkpointing import finalize_async_saves
     from vepo_mcore.training.logging import MetricsLogger
 
     cfg = trainer.cfg
@@ -85,6 +94,7 @@ def _loop(trainer: Trainer) -> list[dict[str, float]]:
         last_logged, tokens = trainer.iteration, 0
         while trainer.iteration < t.train_iters:
             metrics, step_tokens = trainer.step()
+            finalize_async_saves(blocking=False)  # a checkpoint written in the background becomes `latest`
             it, tokens = trainer.iteration, tokens + step_tokens
             history.append({"step": it, **metrics})
             if it % trainer.log_interval == 0 or it == t.train_iters:
