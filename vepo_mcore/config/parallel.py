@@ -15,7 +15,8 @@ class ParallelConfig:
     pipeline_model_parallel_size: int = 1
     """PP: layers are split into this many stages."""
     virtual_pipeline_model_parallel_size: int | None = None
-    """Interleaved pipeline chunks per stage (GPU runs; None = plain 1F1B)."""
+    """Interleaved pipeline chunks per stage. Not supported (must stay null = plain 1F1B): the training
+    loop and the embedded rollout engine run one model chunk per stage (validate says so)."""
     context_parallel_size: int = 1
     """CP: the sequence is split across this many ranks (GPU only)."""
     sequence_parallel: bool = False
@@ -40,6 +41,17 @@ class ParallelConfig:
                     f"world size {world_size} is not divisible by TP*PP*CP = {model_parallel} "
                     "(parallel.tensor_model_parallel_size * pipeline_model_parallel_size * context_parallel_size)"
                 )
+        if self.virtual_pipeline_model_parallel_size is not None:
+            # The model is built, trained (train_step's model=[model]), checkpointed and served by the
+            # embedded engine (rollout/embedded.py, static_decode.py, weight_sync.py) as one chunk.
+            raise ValueError(
+                f"parallel.virtual_pipeline_model_parallel_size={self.virtual_pipeline_model_parallel_size}: "
+                "virtual (interleaved) pipeline stages are not supported: the training loop (CPT, SFT, RM and "
+                "RL with any rl.rollout.engine) and the embedded rollout engine run one model chunk per "
+                "pipeline stage. Set parallel.virtual_pipeline_model_parallel_size to null and split the "
+                "layers with parallel.pipeline_model_parallel_size alone (to cut the pipeline bubble, use "
+                "more micro-batches per step: training.global_batch_size / training.micro_batch_size)"
+            )
         if self.sequence_parallel and self.tensor_model_parallel_size == 1:
             raise ValueError("parallel.sequence_parallel needs parallel.tensor_model_parallel_size > 1")
 

@@ -317,7 +317,10 @@ def _unwrap(model):
     """The GPTModel inside DDP / Float16Module wrappers (a list means virtual pipeline chunks)."""
     if isinstance(model, (list, tuple)):
         if len(model) != 1:
-            raise NotImplementedError("the embedded engine does not support virtual pipeline stages")
+            raise NotImplementedError(
+                "the embedded engine does not support virtual pipeline stages: "
+                "parallel.virtual_pipeline_model_parallel_size must be null (ParallelConfig.validate)"
+            )
         model = model[0]
     while hasattr(model, "module"):
         model = model.module

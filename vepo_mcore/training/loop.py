@@ -141,11 +141,7 @@ def pretrain(
     from vepo_mcore.parallel import init_model_parallel
     from vepo_mcore.training.runner import run_training
 
-    if cfg.parallel.virtual_pipeline_model_parallel_size is not None:
-        raise ValueError(
-            "parallel.virtual_pipeline_model_parallel_size: the training loop runs one chunk per stage"
-        )
-    init_model_parallel(cfg.parallel, seed=cfg.training.seed)
+    init_model_parallel(cfg.parallel, seed=cfg.training.seed)  # validates cfg.parallel first (no VPP)
     cfg.validate(dist.get_world_size())
     build = partial(
         LMTrainer, cfg, train_dataset, valid_dataset, forward_step_func, tokenizer_dir, model_provider
