@@ -40,6 +40,13 @@ from vepo_mcore.checkpoint.hf import (
     read_hf_config,
     tokenizer_vocab_size,
 )
+from vepo_mcore.checkpoint.stream import (
+    checkpoint_layout,
+    hf_chunk_source,
+    read_metadata,
+    read_regions,
+    write_dist_checkpoint,
+)
 from vepo_mcore.config import JobConfig, ParallelConfig, load_config, save_config, to_dict
 from vepo_mcore.training.state_dict import load_model_state
 
@@ -343,6 +350,51 @@ def write_weights_only(
         from vepo_mcore.parallel.launch import run_processes
 
         run_processes(_write_rank, world, args=args)
+    _finish_weights_only(out, cfg, main, in_group)
+    return out
+
+
+def hf_to_megatron(
+    hf_dir: str | Path, out_dir: str | Path, tp: int = 1, pp: int = 1, vocab_size: int | None = None
+) -> Path:
+    """Convert an HF Qwen2 directory to a megatron dist checkpoint written at TP/PP; returns out_dir.
+
+    Streams: no model is built; every TP/PP rank's shards are cut from the HF tensors one
+    tensor at a time and written as they are cut (stream.py), so memory stays near the largest
+    tensor whatever TP/PP. Called outside a process group this process writes every rank's
+    shards; called by every rank of an existing group of exactly TP*PP processes each rank
+    writes its own.
+    """
+    cfg, reader = plan_hf_to_megatron(hf_dir, tp, pp, vocab_size)
+    out = Path(out_dir)
+    if (out / TOKENIZER_DIR / "tokenizer.json").is_file() or (Path(hf_dir) / "tokenizer.json").is_file():
+        cfg.tokenizer.path = str((out / TOKENIZER_DIR).resolve())
+    world = tp * pp
+    in_group = dist.is_initialized() and dist.get_world_size() > 1
+    if in_group and dist.get_world_size() != world:
+        raise ValueError(
+            f"hf_to_megatron at TP*PP={world} called in a group of {dist.get_world_size()} processes"
+        )
+    main = not in_group or dist.get_rank() == 0
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        copy_tokenizer_files(hf_dir, out / TOKENIZER_DIR)
+        (out / HF_CONFIG_FILE).write_text(json.dumps(read_hf_config(hf_dir), indent=2) + "\n")
+    chunks, objects = checkpoint_layout(cfg)
+    write_dist_checkpoint(
+        iteration_dir(out, 0),
+        chunks,
+        objects,
+        hf_chunk_source(reader, cfg),
+        weights_only_common(cfg),
+        ranks=[dist.get_rank()] if in_group else None,
+    )
+    reader.close()
+    _finish_weights_only(out, cfg, main, in_group)
+    return out
+
+
+def _finish_weights_only(out: Path, cfg: JobConfig, main: bool, in_group: bool) -> None:
     # The pointer and config are written last: a directory with them is a complete checkpoint.
     if main:
         # Inside the iteration too, like the training loop's checkpoints (self-contained).
@@ -351,78 +403,44 @@ def write_weights_only(
         (out / LATEST_FILE).write_text("0\n")
     if in_group:
         dist.barrier()
-    return out
-
-
-def _load_hf(model, hf_dir: str, cfg: JobConfig) -> None:
-    reader = HFCheckpoint(hf_dir)
-    load_hf_into_model(model, reader, cfg)
-    reader.close()
-
-
-def hf_to_megatron(
-    hf_dir: str | Path, out_dir: str | Path, tp: int = 1, pp: int = 1, vocab_size: int | None = None
-) -> Path:
-    """Convert an HF Qwen2 directory to a megatron dist checkpoint written at TP/PP; returns out_dir.
-
-    Called outside a process group it spawns TP*PP local gloo processes (one for TP*PP = 1:
-    this one), each holding only its shard. Called by every rank of an existing group of
-    exactly TP*PP processes it runs collectively there.
-    """
-    cfg, reader = plan_hf_to_megatron(hf_dir, tp, pp, vocab_size)
-    reader.close()
-    out = Path(out_dir)
-    if (out / TOKENIZER_DIR / "tokenizer.json").is_file() or (Path(hf_dir) / "tokenizer.json").is_file():
-        cfg.tokenizer.path = str((out / TOKENIZER_DIR).resolve())
-
-    def prepare() -> None:
-        copy_tokenizer_files(hf_dir, out / TOKENIZER_DIR)
-        (out / HF_CONFIG_FILE).write_text(json.dumps(read_hf_config(hf_dir), indent=2) + "\n")
-
-    return write_weights_only(_load_hf, hf_dir, out, cfg, prepare, "hf_to_megatron")
 
 
 def checkpoint_tensors(ckpt_dir: str | Path, num_layers: int):
     """(megatron name, full tensor) of the model weights in a dist checkpoint, one layer at a time.
 
-    Needs a process group (any size; every rank reads everything). Independent of the TP/PP the
-    checkpoint was written at: torch_dist stores global tensors, layers stacked on a leading
-    axis, fc1 as [gate; up], norms under the Transformer Engine names (megatron maps the local
-    spec's keys to those). Optimizer and RNG entries of training checkpoints are skipped.
+    Reads only the stored chunks it needs (stream.read_regions; no process group). Independent
+    of the TP/PP the checkpoint was written at: torch_dist stores global tensors, layers stacked
+    on a leading axis, fc1 as [gate; up], norms under the Transformer Engine names (megatron maps
+    the local spec's keys to those). Optimizer and RNG entries of training checkpoints are skipped.
     """
-    from megatron.core.dist_checkpointing import load, load_tensors_metadata
-    from megatron.core.dist_checkpointing.mapping import ShardedTensor
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    path = str(resolve_checkpoint_dir(ckpt_dir))
-    metadata = load_tensors_metadata(path)
+    path = resolve_checkpoint_dir(ckpt_dir)
+    metadata = read_metadata(path)
+    stored = {k: v for k, v in metadata.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)}
     layer_prefix = "decoder.layers."
-    layer_keys = [k for k in metadata if k.startswith(layer_prefix)]
+    layer_keys = [k for k in stored if k.startswith(layer_prefix)]
     for key in layer_keys:
-        if metadata[key].global_shape[0] != num_layers:
-            raise ValueError(
-                f"{path}: {key} stacks {metadata[key].global_shape[0]} layers, config says {num_layers}"
-            )
+        if stored[key].size[0] != num_layers:
+            raise ValueError(f"{path}: {key} stacks {stored[key].size[0]} layers, config says {num_layers}")
 
-    def read(key: str, layer: int | None = None) -> torch.Tensor:
-        meta = metadata[key]
-        if layer is None:
-            piece = ShardedTensor.from_rank_offsets(key, torch.empty(meta.global_shape, dtype=meta.dtype))
-        else:
-            # A [1, ...] slice of the stacked tensor (not megatron's prepended axis: that legacy path
-            # insists on reading every layer this rank would own).
-            data = torch.empty(1, *meta.global_shape[1:], dtype=meta.dtype)
-            piece = ShardedTensor.from_rank_offsets(key, data, (0, layer, num_layers))
-            return load({key: piece}, path, validate_access_integrity=False)[key][0]
-        return load({key: piece}, path, validate_access_integrity=False)[key]
+    def whole(key: str) -> torch.Tensor:
+        size = tuple(stored[key].size)
+        return read_regions(path, {key: ((0,) * len(size), size)}, metadata)[key]
 
-    if "embedding.word_embeddings.weight" in metadata:
-        yield "embedding.word_embeddings.weight", read("embedding.word_embeddings.weight")
+    if "embedding.word_embeddings.weight" in stored:
+        yield "embedding.word_embeddings.weight", whole("embedding.word_embeddings.weight")
     for layer in range(num_layers):
+        regions = {}
         for key in layer_keys:
-            yield f"{layer_prefix}{layer}.{key[len(layer_prefix) :]}", read(key, layer)
+            size = tuple(stored[key].size)
+            regions[key] = ((layer,) + (0,) * (len(size) - 1), (1, *size[1:]))
+        tensors = read_regions(path, regions, metadata)
+        for key in layer_keys:
+            yield f"{layer_prefix}{layer}.{key[len(layer_prefix) :]}", tensors.pop(key)[0]
     for key in ("decoder.final_layernorm.weight", "output_layer.weight"):
-        if key in metadata:
-            yield key, read(key)
+        if key in stored:
+            yield key, whole(key)
 
 
 def megatron_to_hf(
@@ -455,7 +473,7 @@ def megatron_to_hf(
             else padded_vocab_size(m.vocab_size, m.make_vocab_size_divisible_by)
         )
     out = Path(out_dir)
-    with local_process_group(), HFWriter(out, max_shard_bytes) as writer:
+    with HFWriter(out, max_shard_bytes) as writer:
         tensors = checkpoint_tensors(ckpt_dir, m.num_layers)
         for hf_name, tensor in mapping.megatron_to_hf_tensors(tensors, m, vocab_rows):
             writer.add(hf_name, tensor.to(dtype))

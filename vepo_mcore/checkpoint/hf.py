@@ -11,12 +11,12 @@ with HFWriter(out_dir, max_shard_bytes=5 << 30) as writer:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from vepo_mcore.config.model import ModelConfig
 
@@ -228,31 +228,54 @@ class HFWriter:
     """Write (name, tensor) pairs as safetensors shards + index, the way save_pretrained lays them out.
 
     One shard is written as model.safetensors (no index); more as model-0000i-of-0000n.safetensors
-    with model.safetensors.index.json. At most one shard's tensors are held in memory.
+    with model.safetensors.index.json. Streams: each tensor's bytes go to a scratch file as they
+    come and nothing is kept, so memory stays near one tensor. A full shard is then written as
+    safetensors' own `save_file` would write those tensors (the same bytes: header, then the data
+    in safetensors' order) by copying from the scratch file inside the kernel.
     """
 
     def __init__(self, out_dir: str | Path, max_shard_bytes: int = 5 << 30):
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.max_shard_bytes = max_shard_bytes
-        self._pending: dict[str, torch.Tensor] = {}
+        self._scratch = None
+        self._pending: dict[
+            str, tuple[torch.dtype, list[int], int, int]
+        ] = {}  # name -> dtype, shape, offset, bytes
         self._pending_bytes = 0
         self._shards: list[tuple[str, list[str]]] = []
+        self._written: set[str] = set()
         self.total_bytes = 0
 
     def add(self, name: str, tensor: torch.Tensor) -> None:
-        if name in self._pending or any(name in names for _, names in self._shards):
+        if name in self._written:
             raise ValueError(f"tensor {name!r} written twice")
         size = tensor.numel() * tensor.element_size()
         if self._pending and self._pending_bytes + size > self.max_shard_bytes:
             self._flush()
-        self._pending[name] = tensor.detach().contiguous()
+        if self._scratch is None:
+            self._scratch = open(self.dir / f"shard-{len(self._shards):05d}.tmp.data", "w+b")  # noqa: SIM115
+        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        self._pending[name] = (tensor.dtype, list(tensor.shape), self._pending_bytes, size)
+        self._scratch.write(memoryview(data.numpy()))
+        self._written.add(name)
         self._pending_bytes += size
         self.total_bytes += size
 
     def _flush(self) -> None:
         tmp = f"shard-{len(self._shards):05d}.tmp.safetensors"
-        save_file(self._pending, str(self.dir / tmp), metadata={"format": "pt"})
+        header, order = _safetensors_header(self._pending, {"format": "pt"})
+        with open(self.dir / tmp, "wb", buffering=0) as out:
+            out.write(len(header).to_bytes(8, "little") + header)
+            if self._scratch is not None:
+                self._scratch.flush()
+                for name in order:
+                    _, _, offset, size = self._pending[name]
+                    _copy_range(self._scratch, out, offset, size)
+        if self._scratch is not None:
+            self._scratch.close()
+            Path(self._scratch.name).unlink()
+            self._scratch = None
         self._shards.append((tmp, list(self._pending)))
         self._pending, self._pending_bytes = {}, 0
 
@@ -277,3 +300,44 @@ class HFWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()
+        elif self._scratch is not None:
+            self._scratch.close()
+            Path(self._scratch.name).unlink(missing_ok=True)
+
+
+def _safetensors_header(tensors: dict, metadata: dict) -> tuple[bytes, list[str]]:
+    """The header save_file writes for {name: (dtype, shape, _, bytes)}, and the data order.
+
+    The order (dtype, then name) is taken from safetensors itself, by serialising empty tensors
+    of the same names and dtypes, so it follows whatever the installed version does.
+    """
+    from safetensors.torch import save
+
+    empty = save({n: torch.empty(0, dtype=v[0]) for n, v in tensors.items()}, metadata=metadata)
+    layout = json.loads(empty[8 : 8 + int.from_bytes(empty[:8], "little")])
+    order = [n for n in layout if n != "__metadata__"]
+    header: dict = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    for name in order:
+        dtype, shape, _, size = tensors[name]
+        header[name] = {
+            "dtype": layout[name]["dtype"],
+            "shape": shape,
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    return text + b" " * (-len(text) % 8), order
+
+
+def _copy_range(src, dst, offset: int, size: int) -> None:
+    """Append bytes [offset, offset + size) of file src to unbuffered file dst (in the kernel where it can)."""
+    while size:
+        try:
+            done = os.copy_file_range(src.fileno(), dst.fileno(), size, offset)
+        except OSError:
+            src.seek(offset)
+            done = dst.write(src.read(min(size, 64 << 20)))
+        if done <= 0:
+            raise OSError(f"copying {size} bytes from {src.name} to {dst.name} made no progress")
+        offset, size = offset + done, size - done
