@@ -122,6 +122,12 @@ def test_the_7b_recipes_fit_an_80_gb_h100():
     cpt.check()
     rl.check()
     assert 20 < cpt.peak / GIB < 30 and 45 < rl.peak / GIB < 60
+    # With the reward model as R_mt at the recipe's placement (offload), the same peaks: it is on
+    # the GPU only while it scores, when the engine sleeps and training holds no activations.
+    rm = memory_plan(_rl("--rl.rewards.mt", "rm"), world_size=32, rl=True)
+    rm.check()
+    assert rm.fits and (rm.training_peak, rm.rollout_peak) == (rl.training_peak, rl.rollout_peak)
+    assert rm.peak == rl.peak and rm.scoring_peak < rl.training_peak
     # RL sequences: the longest FLORES prompt budget (640) + max_new_tokens (512); only the response
     # positions reach the output layer without sequence parallelism.
     assert "micro-batch 4 x 1152 tokens" in rl.layout and "logits [2,048, 38,016]" in rl.format()
@@ -168,7 +174,7 @@ def test_rl_lines_appear_only_when_configured():
     assert rl.item("reference weights").bytes == rl.item("policy weights").bytes
     assert "KL k3 optimised" in memory_plan(_rl("--rl.kl.estimator", "k3"), 32, rl=True).format()
 
-    rm = memory_plan(_rl("--rl.rewards.mt", "rm"), world_size=32, rl=True)
+    rm = memory_plan(_rl("--rl.rewards.mt", "rm", "--rl.rewards.rm_placement", "resident"), 32, rl=True)
     assert rm.item("reward model weights").bytes / GIB == pytest.approx(
         3.55 - 152064 * H / 4 * 2 / GIB, abs=0.01
     )
@@ -181,6 +187,44 @@ def test_rl_lines_appear_only_when_configured():
 
     embedded = memory_plan(_rl("--rl.rollout.engine", "embedded"), world_size=32, rl=True)
     assert "engine KV cache" not in _names(embedded) and embedded.rollout_peak == 0
+
+
+def test_reward_model_placement_decides_which_peaks_hold_its_weights():
+    """rl.rewards.rm_placement: 'resident' adds the RM's weights to every phase, 'offload' only to
+    the scoring phase (the engine asleep, no training activations), which holds its forward too."""
+    none = memory_plan(_rl(), world_size=32, rl=True)
+    resident = memory_plan(_rl("--rl.rewards.mt", "rm", "--rl.rewards.rm_placement", "resident"), 32, rl=True)
+    offload = memory_plan(_rl("--rl.rewards.mt", "rm", "--rl.rewards.rm_placement", "offload"), 32, rl=True)
+    weights = resident.item("reward model weights")
+    assert weights.bytes == offload.item("reward model weights").bytes
+    assert (weights.phase, offload.item("reward model weights").phase) == ("resident", "scoring")
+    # The 7B RM at TP=4: the policy's shard less its 1/4 output layer, + the 11-wide head, bf16.
+    trunk = (sum(none.item(n).bytes for n in ("policy weights",)) / 2 - V * H / 4 + 11 * H / 4) * 2
+    assert weights.bytes == pytest.approx(trunk) and weights.bytes / GIB == pytest.approx(3.29, abs=0.01)
+    for phase in ("training_peak", "rollout_peak"):
+        assert getattr(resident, phase) == pytest.approx(getattr(none, phase) + weights.bytes)
+        assert getattr(offload, phase) == pytest.approx(getattr(none, phase))
+    # One forward micro-batch live at a time: 16 rows x 1152 tokens x (4 h + 6 ffn / TP) bytes.
+    forward = offload.item("reward model forward")
+    assert forward.bytes == 16 * 1152 * (4 * H + 6 * F / 4) and forward.phase == "scoring"
+    resident_state = sum(i.bytes for i in none.items if i.phase == "resident")
+    assert offload.scoring_peak == pytest.approx(resident_state + weights.bytes + forward.bytes + 4 * GIB)
+    assert resident.scoring_peak == pytest.approx(offload.scoring_peak)
+    # The transfer it costs, and the placement, in the printed plan.
+    assert "3.54 GB H2D a step = 0.14 s at 25 GB/s" in offload.format()
+    assert "reward model placement offload" in offload.format() and "peak, scoring" in offload.format()
+    assert "reward model placement resident" in resident.format()
+    # The setting to change when the resident RM is among the largest items.
+    assert weights.setting.startswith("rl.rewards.rm_placement offload")
+
+
+def test_a_scoring_phase_over_the_gpu_fails_naming_the_rm_setting():
+    cfg = _rl("--rl.rewards.mt", "rm", "--rl.rewards.rm_batch_size", "1024", "--memory.gpu_memory_gib", "60")
+    plan = memory_plan(cfg, world_size=32, rl=True)
+    assert plan.scoring_peak > plan.gpu_bytes > max(plan.training_peak, plan.rollout_peak)
+    with pytest.raises(ValueError, match="the scoring phase needs") as err:
+        plan.check()
+    assert "reward model forward" in str(err.value) and "rl.rewards.rm_batch_size" in str(err.value)
 
 
 def test_kv_cache_is_the_engine_share_less_its_weights():
@@ -202,6 +246,10 @@ def test_dry_runs_print_the_plan(capsys):
     train_vepo(["--config", f"{CONFIGS}/vepo_7b.yaml", "--dry-run", "--world-size", "32"])
     out = capsys.readouterr().out
     assert "engine KV cache" in out and "peak, rollout" in out and "fits in 79.6 GiB" in out
+    train_vepo(["--config", f"{CONFIGS}/vepo_7b.yaml", "--dry-run", "--world-size", "32",
+                "--rl.rewards.mt", "rm", "--rl.rewards.rm_checkpoint", "/ckpt/rm"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "reward model placement offload (rl.rewards.rm_placement)" in out and "fits in 79.6 GiB" in out
     with pytest.raises(ValueError, match="memory.gpu_memory_gib = 25.0"):
         train_vepo(["--config", f"{CONFIGS}/vepo_7b.yaml", "--dry-run", "--world-size", "32",
                     "--memory.gpu_memory_gib", "25"])  # fmt: skip

@@ -51,6 +51,13 @@ class RewardsConfig:
     """COMET scoring batch size."""
     rm_checkpoint: str | None = None
     """Reward-model checkpoint (needed when mt = 'rm')."""
+    rm_placement: str = "offload"
+    """Where the RM's weights live between scoring calls (mt = 'rm'): 'offload' in pinned host memory,
+    on the GPU only while scoring (one H2D copy a step: 3.5 GB, ~0.14 s, for a 7B RM at TP 4), or
+    'resident' on the training GPUs all run long (3.3 GiB more on the rollout and training peaks).
+    docs/DESIGN.md, "The reward model at 7B", has the numbers behind the default."""
+    rm_batch_size: int = 16
+    """Rows per RM forward micro-batch when scoring (the scoring phase of the memory plan)."""
 
     def validate(self) -> None:
         """ValueErrors naming the field (called from the RL config's validate)."""
@@ -72,6 +79,12 @@ class RewardsConfig:
             raise ValueError(
                 "rl.rewards.mt = 'comet' needs rl.rewards.comet_checkpoint (wmt22-comet-da model.ckpt)"
             )
+        if self.rm_placement not in ("resident", "offload"):
+            raise ValueError(
+                f"rl.rewards.rm_placement must be 'resident' or 'offload', got {self.rm_placement!r}"
+            )
+        if self.rm_batch_size < 1:
+            raise ValueError(f"rl.rewards.rm_batch_size must be >= 1, got {self.rm_batch_size}")
         if self.comet_batch_size < 1:
             raise ValueError(f"rl.rewards.comet_batch_size must be >= 1, got {self.comet_batch_size}")
 

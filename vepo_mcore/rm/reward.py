@@ -6,27 +6,51 @@ layout (rm.model.load_reward_model). TP-aware: every rank of a TP group must sco
 samples (the RM's TP layers communicate), as the RL trainer's reward call on every training rank
 does; the scores come back identical on each rank. A sample without a ChatML prompt gets the
 translation prompt built from its source and languages (translation.prompts.format_prompt).
+
+rl.rewards.rm_placement: 'resident' keeps the RM on the training GPUs all run long; 'offload' keeps
+its weights in (pinned) host memory and copies them to the GPU only for the scoring call
+(rm/placement.py), so neither the colocated engine's rollout nor training shares the GPU with it.
+The scores are the same either way (docs/DESIGN.md, "The reward model at 7B").
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.rewards.registry import TermResult, register_reward
 from vepo_mcore.translation.sample import Sample
 
+_CACHE: dict[tuple[str, str], tuple] = {}
+"""(checkpoint, placement) -> (model, cfg, tokenizer, Offloader or None): one RM per process."""
 
-@functools.lru_cache(maxsize=1)
-def _loaded(checkpoint: str):
-    from vepo_mcore.rm.model import load_reward_model
 
-    return load_reward_model(checkpoint)
+def _loaded(checkpoint: str, placement: str) -> tuple:
+    """Collective on the first call: load the RM; an offloaded one leaves the GPU right away."""
+    key = (checkpoint, placement)
+    if key not in _CACHE:
+        from vepo_mcore.rm.model import load_reward_model
+        from vepo_mcore.rm.placement import Offloader
+
+        clear_cache()
+        model, rm_cfg, tokenizer = load_reward_model(checkpoint)
+        mover = None
+        if placement == "offload":
+            mover = Offloader(model)
+            mover.offload()
+        _CACHE[key] = (model, rm_cfg, tokenizer, mover)
+    return _CACHE[key]
+
+
+def loaded_model(checkpoint: str, placement: str) -> tuple:
+    """(model, Offloader or None) of the loaded RM; KeyError before the first score (tests, reports)."""
+    model, _, _, mover = _CACHE[(checkpoint, placement)]
+    return model, mover
 
 
 def clear_cache() -> None:
     """Forget the loaded RM (e.g. after the checkpoint or the process groups changed)."""
-    _loaded.cache_clear()
+    _CACHE.clear()
 
 
 def _prompt(sample: Sample, tokenizer) -> str:
@@ -51,9 +75,10 @@ def rm_reward(samples: list[Sample], cfg: RewardsConfig) -> TermResult:
         return TermResult(values=[], raw=[])
     from vepo_mcore.rm.model import score_texts
 
-    model, rm_cfg, tokenizer = _loaded(str(cfg.rm_checkpoint))
+    model, rm_cfg, tokenizer, mover = _loaded(str(cfg.rm_checkpoint), cfg.rm_placement)
     prompts = [_prompt(s, tokenizer) for s in samples]
-    scores, probs = score_texts(
-        model, tokenizer, prompts, [s.response for s in samples], seq_length=rm_cfg.training.seq_length
-    )
+    responses = [s.response for s in samples]
+    with mover.on_device() if mover else contextlib.nullcontext():
+        scores, probs = score_texts(model, tokenizer, prompts, responses,
+                                    seq_length=rm_cfg.training.seq_length, batch_size=cfg.rm_batch_size)  # fmt: skip
     return TermResult(values=scores.tolist(), raw=probs.max(-1).values.tolist())

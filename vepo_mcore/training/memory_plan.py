@@ -32,6 +32,11 @@ output layer weighs more), printed in GiB (2**30). The accounting:
   but before Adam's moments (allocated at the first optimizer step) and the reward model (loaded
   at the first reward): both count on top of its share when it wakes again. It releases all of it
   while the policy trains, so the peak is the larger of the rollout and the training phase.
+- RL with rl.rewards.mt = 'rm': the reward model scores after the engine sleeps and before the
+  policy's passes (rl/trainer.py), a phase of its own: one forward micro-batch of
+  rl.rewards.rm_batch_size rows live at a time (no grad). rl.rewards.rm_placement 'resident' holds
+  its bf16 weights all run long (every phase); 'offload' only while scoring (pinned host memory
+  the rest of the step, one H2D copy of the weights a step).
 """
 
 from __future__ import annotations
@@ -48,8 +53,10 @@ LOGPROB_WORK_BYTES = 2 * (32 << 20)
 """rl.logprobs holds two CHUNK_BYTES (32 MiB) work buffers beside the logits and their gradient."""
 RM_HEAD_OUTPUTS = 11
 """The reward model's head: a score + 10 error categories (rm/model.py)."""
+H2D_BYTES_PER_S = 25e9
+"""Host-to-device copy from pinned memory, per GPU (PCIe Gen5 x16 measures ~25 GB/s of its 64)."""
 
-Phase = Literal["resident", "training", "rollout"]
+Phase = Literal["resident", "training", "rollout", "scoring"]
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,8 @@ class MemoryItem:
     """How the number comes about."""
     phase: Phase
     """'resident' all run long; 'training' only while the policy trains (activations, logits);
-    'rollout' only while the colocated engine is awake."""
+    'rollout' only while the colocated engine is awake; 'scoring' only while the reward model
+    scores (the engine asleep, no training activations)."""
     setting: str
     """What to change to shrink it."""
     before_engine: bool = True
@@ -196,8 +204,17 @@ class MemoryPlan:
         return self.phase_bytes("resident") + self.phase_bytes("rollout") + self.reserve_bytes
 
     @property
+    def scoring_peak(self) -> float:
+        if not any(item.phase == "scoring" for item in self.items):
+            return 0.0
+        return self.phase_bytes("resident") + self.phase_bytes("scoring") + self.reserve_bytes
+
+    def _peaks(self) -> dict[Phase, float]:
+        return {"training": self.training_peak, "rollout": self.rollout_peak, "scoring": self.scoring_peak}
+
+    @property
     def peak(self) -> float:
-        return max(self.training_peak, self.rollout_peak)
+        return max(self._peaks().values())
 
     @property
     def fits(self) -> bool:
@@ -208,7 +225,13 @@ class MemoryPlan:
 
     def format(self) -> str:
         lines = [f"memory plan per GPU: {self.layout}"]
-        for phase, title in (("resident", None), ("training", "training"), ("rollout", "rollout")):
+        phases = (
+            ("resident", None),
+            ("training", "training"),
+            ("rollout", "rollout"),
+            ("scoring", "scoring"),
+        )
+        for phase, title in phases:
             items = [item for item in self.items if item.phase == phase]
             if title and items:
                 lines.append(f"  while {title}:")
@@ -221,6 +244,8 @@ class MemoryPlan:
         lines.append(f"  {'peak, training':<30}{self.training_peak / GIB:7.2f} GiB")
         if self.rollout_peak:
             lines.append(f"  {'peak, rollout':<30}{self.rollout_peak / GIB:7.2f} GiB")
+        if self.scoring_peak:
+            lines.append(f"  {'peak, scoring':<30}{self.scoring_peak / GIB:7.2f} GiB")
         verdict = "fits" if self.fits else "DOES NOT FIT"
         lines.append(f"  {verdict} in {self.gpu_bytes / GIB:.1f} GiB (memory.gpu_memory_gib)")
         lines += [f"  note: {note}" for note in self.notes]
@@ -229,7 +254,8 @@ class MemoryPlan:
     def check(self) -> None:
         """ValueError naming the settings of the largest items when the plan does not fit."""
         if self.peak > self.gpu_bytes:
-            phase: Phase = "training" if self.training_peak >= self.rollout_peak else "rollout"
+            peaks = self._peaks()
+            phase: Phase = max(peaks, key=lambda name: peaks[name])
             candidates = [item for item in self.items if item.phase in ("resident", phase)]
             largest = sorted(candidates, key=lambda item: -item.bytes)[:3]
             advice = "; ".join(
@@ -461,20 +487,57 @@ def _rl_items(
             "rl.loss.name (a loss without a critic)",
         )
     if cfg.rl.rewards.mt == "rm":
-        trunk = params - (counts.embedding / tp if pp == 1 and not cfg.model.tie_word_embeddings else 0)
-        trunk += RM_HEAD_OUTPUTS * h / tp
-        items.append(
-            MemoryItem(
-                "reward model weights",
-                trunk * 2,
-                "bf16, the policy's trunk + 11-wide head, loaded at the first reward",
-                "resident",
-                "rl.rewards.mt (the RM held on every training GPU)",
-                before_engine=False,
-            )
-        )
-        notes.append("the RM's shape is assumed to be the policy's (its checkpoint's config.yaml decides)")
+        items += _rm_items(cfg, params, counts, notes)
     return items
+
+
+def _rm_items(cfg: JobConfig, params: float, counts: ParameterCounts, notes: list[str]) -> list[MemoryItem]:
+    """The reward model (rl.rewards.mt = 'rm'): its bf16 weights where rl.rewards.rm_placement keeps
+    them, and its forward working set while it scores."""
+    m, p, rewards = cfg.model, cfg.parallel, cfg.rl.rewards
+    tp, pp = p.tensor_model_parallel_size, p.pipeline_model_parallel_size
+    trunk = params - (counts.embedding / tp if pp == 1 and not m.tie_word_embeddings else 0)
+    weights = (trunk + RM_HEAD_OUTPUTS * m.hidden_size / tp) * 2
+    placement = rewards.rm_placement
+    if placement == "offload":
+        item = MemoryItem(
+            "reward model weights",
+            weights,
+            f"bf16, the policy's trunk + 11-wide head, on the GPU only while scoring (rm_placement "
+            f"offload): {weights / 1e9:.2f} GB H2D a step = {weights / H2D_BYTES_PER_S:.2f} s at "
+            f"{H2D_BYTES_PER_S / 1e9:.0f} GB/s",
+            "scoring",
+            "rl.rewards.mt (the RM scores on every training GPU)",
+        )
+        notes.append(
+            f"reward model placement offload (rl.rewards.rm_placement): {weights / GIB:.2f} GiB of pinned "
+            "host memory per GPU between scoring calls"
+        )
+    else:
+        item = MemoryItem(
+            "reward model weights",
+            weights,
+            "bf16, the policy's trunk + 11-wide head, resident (rm_placement resident) from the first reward on",
+            "resident",
+            "rl.rewards.rm_placement offload (on the GPU only while scoring)",
+            before_engine=False,
+        )
+        notes.append("reward model placement resident (rl.rewards.rm_placement): on the GPU all run long")
+    # Forward only, one layer live at a time on each TP rank: the residual stream and the MLP's
+    # output (2h each, whole without sequence parallelism), fc1's gate and up halves (2 x 2f / TP)
+    # and the SwiGLU product (2f / TP), bf16, for one micro-batch of the longest RL texts.
+    tokens = rewards.rm_batch_size * sequence_length(cfg, rl=True)
+    split = tp if p.sequence_parallel else 1
+    working = tokens * (4 * m.hidden_size / split + 6 * m.ffn_hidden_size / tp)
+    scoring = MemoryItem(
+        "reward model forward",
+        working,
+        f"{rewards.rm_batch_size} rows x {sequence_length(cfg, rl=True)} tokens, one layer live, no grad",
+        "scoring",
+        "rl.rewards.rm_batch_size",
+    )
+    notes.append("the RM's shape is assumed to be the policy's (its checkpoint's config.yaml decides)")
+    return [item, scoring]
 
 
 def _with_engine(
