@@ -1,6 +1,6 @@
 """QwenGPTModel's chunked output layer + loss (models/output_loss.py) on the real megatron model, TP=1
 and TP=2 over gloo, tied and untied: the CPT/SFT loss and every parameter's gradient equal megatron's
-own output layer + vocab_parallel_cross_entropy; the RL log-prob and entropy of the deferred output
+own output layer + vocab_parallel_cross_entropy (gradients built in forward for the loss mask); the RL log-prob and entropy of the deferred output
 layer equal the same computation at TP=1 (the gathered weight, one process) and a naive full-vocab
 float64 one, gradients of hidden and weight included; nothing [tokens, vocab]-sized is saved for
 backward (megatron's own path does save it, so the check can fail)."""
@@ -73,7 +73,9 @@ def _check(rank, world, tied, masked):
     ref_grads = _grads(model)
     model.zero_grad(set_to_none=True)
     model.chunked_output_loss = True
-    saved, loss = _largest_saved(model, lambda: model(tokens, pos, None, labels=labels, **kwargs))
+    # loss_mask: the loss's own weights, so the gradients are built in forward (the early path)
+    run = lambda: model(tokens, pos, None, labels=labels, loss_mask=weights, **kwargs)  # noqa: E731
+    saved, loss = _largest_saved(model, run)
     (loss * weights).sum().backward()
     grads = _grads(model)
     assert loss.shape == ref.shape == tokens.shape

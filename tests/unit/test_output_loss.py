@@ -136,3 +136,33 @@ def test_bad_arguments_raise_value_errors():
         output_layer_logprobs(hidden, weight, targets[:2])
     with pytest.raises(ValueError, match="vocab_size"):
         output_layer_logprobs(hidden, weight, targets, vocab_size=11)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_built_in_forward_for_the_expected_loss_weights(monkeypatch, dtype):
+    """loss_weights: forward builds the gradients of sum(w * loss), backward rescales them without
+    recomputing a chunk; any other upstream gradient still gets the exact (recomputed) gradients."""
+    from vepo_mcore.models import output_loss
+
+    calls = []
+    real = output_loss._chunk_logits
+    monkeypatch.setattr(output_loss, "_chunk_logits", lambda *a: calls.append(1) or real(*a))
+    hidden, weight, targets = _inputs(n=30, h=16, rows=50, dtype=dtype)
+    w = torch.rand(30) * (torch.arange(30) % 4 != 0)  # some zero weights, as a loss mask has
+    tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    for upstream, early in ((w * 2.5, True), (w + 1.0, False)):
+        hidden.grad = weight.grad = None
+        loss = output_layer_cross_entropy(hidden, weight, targets, chunk_size=7, loss_weights=w)
+        calls.clear()
+        (loss * upstream).sum().backward()
+        assert (len(calls) == 0) is early
+        h, wt = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+        ref = torch.nn.functional.cross_entropy((h @ wt.t()).float(), targets, reduction="none")
+        (ref * upstream).sum().backward()
+        torch.testing.assert_close(loss, ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(hidden.grad.float(), h.grad.float(), **tol)
+        torch.testing.assert_close(weight.grad.float(), wt.grad.float(), **tol)
+    with torch.no_grad():  # nothing runs backward: no gradients built
+        calls.clear()
+        output_layer_cross_entropy(hidden, weight, targets, chunk_size=7, loss_weights=w)
+        assert len(calls) == 5

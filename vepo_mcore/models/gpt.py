@@ -72,7 +72,7 @@ class QwenGPTModel(GPTModel):
             return super()._postprocess(hidden_states, **kwargs)
         labels = kwargs.get("labels")
         if self._chunked_output_applies(labels, kwargs):
-            return self._chunked_output(hidden_states, labels)
+            return self._chunked_output(hidden_states, labels, kwargs.get("loss_mask"))
         if self._output_mask is None:
             return super()._postprocess(hidden_states, **kwargs)
         mask = self._output_mask.to(torch.bool)
@@ -88,8 +88,11 @@ class QwenGPTModel(GPTModel):
         loss = super()._postprocess(hidden, labels=labels[mask].unsqueeze(0), **kwargs)  # [1, N]
         return loss.new_zeros(mask.shape).masked_scatter(mask, loss[0])
 
-    def _chunked_output(self, hidden_states, labels):
-        """hidden [s, b, h] -> per-token loss [b, s] (labels) or a DeferredOutputLayer (no labels)."""
+    def _chunked_output(self, hidden_states, labels, loss_mask=None):
+        """hidden [s, b, h] -> per-token loss [b, s] (labels) or a DeferredOutputLayer (no labels).
+
+        loss_mask [b, s] (GPTModel's own keyword): the weights the loss multiplies the per-token
+        values by; given, the gradients are built in forward, saving the backward's recomputation."""
         from megatron.core.tensor_parallel import (
             copy_to_tensor_model_parallel_region,
             gather_from_sequence_parallel_region,
@@ -117,7 +120,10 @@ class QwenGPTModel(GPTModel):
         if labels is None:
             return DeferredOutputLayer(hidden, weight, tp_group)
         flat_labels = labels[mask] if mask is not None else labels.reshape(-1)
-        loss = output_layer_cross_entropy(hidden, weight, flat_labels, group=tp_group)
+        weights = None
+        if loss_mask is not None and loss_mask.shape == labels.shape:
+            weights = (loss_mask[mask] if mask is not None else loss_mask.reshape(-1)).float()
+        loss = output_layer_cross_entropy(hidden, weight, flat_labels, group=tp_group, loss_weights=weights)
         if mask is None:
             return loss.reshape(labels.shape)
         return loss.new_zeros(mask.shape).masked_scatter(mask, loss)

@@ -244,8 +244,9 @@ class _OutputLayerLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, hidden, weight, targets, temperature, vocab_start, valid, group, world, topk, chunk, need_entropy
-    ):
+        ctx, hidden, weight, targets, temperature, vocab_start, valid, group, world, topk, chunk, need_entropy,
+        expected_grad,
+    ):  # fmt: skip
         n, cdt, dev = hidden.shape[0], compute_dtype(weight.dtype), hidden.device
         local = targets - vocab_start
         in_shard = (local >= 0) & (local < valid)
@@ -261,6 +262,12 @@ class _OutputLayerLogprobs(torch.autograd.Function):
             out.update(
                 top_thr=torch.empty(n, dtype=cdt, device=dev), top_mass=torch.empty(n, dtype=cdt, device=dev)
             )
+        # the gradients for the upstream gradient the caller expects, computed while the logits are here
+        early = (
+            None
+            if expected_grad is None
+            else _EarlyGradients(expected_grad, temperature, hidden, weight, valid)
+        )
         for start in range(0, n, chunk):
             sl = slice(start, min(n, start + chunk))
             src = _chunk_logits(hidden[sl], w, l_buf, z_buf)
@@ -270,11 +277,16 @@ class _OutputLayerLogprobs(torch.autograd.Function):
             for key, value in vars(stats).items():
                 if value is not None:
                     out[key][sl] = value
+            if early is not None:
+                early.add_chunk(
+                    sl, e_buf, stats.log_sum, hidden[sl], w, l_buf, safe_targets[sl], in_shard[sl]
+                )
         ctx.save_for_backward(
             hidden, weight, safe_targets, in_shard, out["raw_max"], out["log_sum"], out["entropy"],
             out.get("top_thr"), out.get("top_mass"),
         )  # fmt: skip
         ctx.cfg = (temperature, valid, chunk, need_entropy)
+        ctx.early = early
         return out["logp"], out["entropy"]
 
     @staticmethod
@@ -283,10 +295,15 @@ class _OutputLayerLogprobs(torch.autograd.Function):
             ctx.saved_tensors
         )
         temperature, valid, chunk, need_entropy = ctx.cfg
+        nones = (None,) * 10
+        if ctx.early is not None:
+            early, ctx.early = ctx.early, None
+            grads = early.scaled(grad_logp, grad_entropy if need_entropy else None)
+            if grads is not None:
+                return (*grads, *nones)
         n, cdt, dev = hidden.shape[0], compute_dtype(weight.dtype), hidden.device
         grad_hidden = torch.zeros_like(hidden)
         grad_weight = torch.zeros_like(weight)
-        nones = (None,) * 9
         if valid == 0 or n == 0:
             return (grad_hidden, grad_weight, *nones)
         grad_logp = torch.zeros(n, dtype=cdt, device=dev) if grad_logp is None else grad_logp.to(cdt)
@@ -326,6 +343,65 @@ class _OutputLayerLogprobs(torch.autograd.Function):
         return (grad_hidden, grad_weight, *nones)
 
 
+class _EarlyGradients:
+    """dL/dhidden and dL/dweight for an upstream gradient known up to one factor, built in forward.
+
+    A CPT/SFT loss is sum_i w_i * loss_i (w = the loss mask), so dL/dlogp_i = -w_i times whatever
+    megatron's schedule seeds backward with (1, or the loss scale). Forward already holds each chunk's
+    exp(z - max) and the normaliser, so p - onehot costs one pass and the two gradient GEMMs follow:
+    no logits are recomputed (3 output-layer GEMMs per step instead of 4). Backward checks that the
+    gradient it receives is the expected one times a scalar s and returns s times these; any other
+    gradient (a different loss, the entropy) falls back to recomputing the chunks.
+    Memory: dL/dhidden [N, h] and one weight-sized dL/dweight, held from forward to backward.
+    """
+
+    def __init__(self, expected_grad, temperature, hidden, weight, valid):
+        cdt = compute_dtype(weight.dtype)
+        self.expected = expected_grad.to(cdt)
+        self.coef = self.expected / temperature  # d/dlogits = d/dz / tau
+        self.grad_hidden = torch.zeros_like(hidden)
+        self.grad_weight = torch.zeros_like(weight)
+        self.low = weight.dtype != cdt
+        if self.low:  # bf16/fp16 GEMMs as the output layer's, dweight summed over chunks in fp32
+            self.dw_acc = torch.zeros(valid, weight.shape[1], dtype=cdt, device=weight.device)
+            self.dw_part = torch.empty(valid, weight.shape[1], dtype=weight.dtype, device=weight.device)
+        self.valid = valid
+
+    def add_chunk(self, sl, e_buf, log_sum, h, w, l_buf, targets, in_shard):
+        """e_buf[:c] = exp((z - max) / tau) of the chunk (overwritten), log_sum [c] float64."""
+        c = h.shape[0]
+        coef = self.coef[sl]
+        # dL/dz_j = coef * (1[j = target] - p_j), p_j = e_j / s
+        scale = (-coef.to(torch.float64) * torch.exp(-log_sum)).to(coef.dtype)
+        g = e_buf[:c].mul_(scale.unsqueeze(-1))
+        g[torch.arange(c, device=g.device), targets] += torch.where(in_shard, coef, torch.zeros_like(coef))
+        if self.low:
+            g = l_buf[:c].copy_(g)
+        torch.mm(g, w, out=self.grad_hidden[sl])
+        if self.low:
+            self.dw_acc.add_(torch.mm(g.t(), h, out=self.dw_part))
+        else:
+            self.grad_weight[: self.valid].addmm_(g.t(), h)
+
+    def scaled(self, grad_logp, grad_entropy):
+        """(s * dL/dhidden, s * dL/dweight) if grad_logp == s * expected and no entropy gradient, else None."""
+        if grad_logp is None or (grad_entropy is not None and bool(grad_entropy.ne(0).any())):
+            return None
+        grad_logp = grad_logp.to(self.expected.dtype)
+        k = self.expected.abs().argmax()
+        if self.expected[k] == 0:
+            return None
+        s = grad_logp[k] / self.expected[k]
+        if not torch.allclose(grad_logp, s * self.expected, rtol=1e-6, atol=0):
+            return None
+        if self.low:
+            self.grad_weight[: self.valid] = self.dw_acc
+            self.dw_acc = self.dw_part = None
+        return self.grad_hidden.mul_(s.to(self.grad_hidden.dtype)), self.grad_weight.mul_(
+            s.to(self.grad_weight.dtype)
+        )
+
+
 def _chunk_logits(h: torch.Tensor, w: torch.Tensor, l_buf: torch.Tensor, z_buf: torch.Tensor) -> torch.Tensor:
     """h [c, hidden] @ w[valid, hidden]^T into l_buf, in the compute dtype (z_buf when it differs)."""
     c = h.shape[0]
@@ -345,6 +421,7 @@ def output_layer_logprobs(
     topk_frac: float | None = None,
     need_entropy: bool = True,
     chunk_size: int | None = None,
+    expected_grad: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log softmax(hidden @ weight^T / tau)[target] and the entropy of softmax(. / tau), chunk by chunk.
 
@@ -353,6 +430,9 @@ def output_layer_logprobs(
     at or above it never take part); None = every row. group: the TP group (None: one process).
     topk_frac: the top-k entropy (see rl.logprobs). need_entropy=False: entropy comes back as zeros
     and costs nothing. chunk_size: tokens per chunk; None = sized by CHUNK_BYTES.
+    expected_grad [N]: dL/dlogp up to one scalar factor, when the caller knows it (a loss weighted by a
+    fixed mask); forward then builds the gradients and backward uses them if the gradient it gets is
+    that times a scalar (else it recomputes the chunks). Only with need_entropy=False and no topk_frac.
     Returns (logp, entropy), [N] each, fp32 (float64 for a float64 weight), differentiable with
     respect to hidden and weight.
     """
@@ -375,9 +455,15 @@ def output_layer_logprobs(
     chunk = chunk_size or chunk_tokens(valid, weight.dtype)
     if hidden.dtype != weight.dtype:
         hidden = hidden.to(weight.dtype)
+    if expected_grad is not None and (
+        need_entropy or topk is not None or valid == 0 or expected_grad.shape != targets.shape
+    ):
+        raise ValueError("expected_grad needs need_entropy=False, no topk_frac and the targets' shape")
+    if not (torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)):
+        expected_grad = None  # nothing will run backward
     return _OutputLayerLogprobs.apply(
-        hidden, weight, targets.reshape(-1).long(), float(temperature), vocab_start, valid, group, world,
-        topk, int(chunk), need_entropy,
+        hidden.contiguous(), weight, targets.reshape(-1).long(), float(temperature), vocab_start, valid, group,
+        world, topk, int(chunk), need_entropy, expected_grad,
     )  # fmt: skip
 
 
@@ -387,12 +473,16 @@ def output_layer_cross_entropy(
     labels: torch.Tensor,
     group: Any = None,
     chunk_size: int | None = None,
+    loss_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token cross-entropy [N] (fp32) of labels [N] under softmax(hidden @ weight^T) over every row
     of the (vocab-parallel) weight, as megatron's vocab_parallel_cross_entropy over the output
-    layer's logits; never holds [N, V]."""
+    layer's logits; never holds [N, V]. loss_weights [N]: the weights the loss will multiply the
+    per-token values by (the loss mask); then the gradients are built in forward (no recomputation
+    in backward, see output_layer_logprobs' expected_grad). Any loss stays exact either way."""
+    expected = None if loss_weights is None else -loss_weights
     logp, _ = output_layer_logprobs(
-        hidden, weight, labels, group=group, need_entropy=False, chunk_size=chunk_size
+        hidden, weight, labels, group=group, need_entropy=False, chunk_size=chunk_size, expected_grad=expected
     )
     return -logp
 

@@ -72,6 +72,7 @@ def forward_step(data_iterator: Iterator[dict], model: torch.nn.Module) -> tuple
         batch.get("attention_mask"),
         labels=batch["labels"],
         output_mask=batch["loss_mask"] > 0,  # the output layer only where the loss counts
+        loss_mask=batch["loss_mask"],  # loss_func's weights: the model builds the gradients in forward
         **packed,
     )
     return output, partial(masked_token_loss, batch["loss_mask"])
