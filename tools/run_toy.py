@@ -39,7 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STAGE.FIELD=VALUE",
         help="per-stage overrides",
     )
-    add("--eval-sentences", type=int, default=50, help="devtest sentences per direction")
+    add(
+        "--eval-sentences",
+        type=int,
+        default=150,
+        help="devtest sentences per direction (the report compares on the first 50)",
+    )
     add("--max-new-tokens", type=int, default=96, help="evaluation length cap")
     add("--rl-holdout", type=int, default=197, metavar="N",
         help="the last N dev sentences are RL prompts only, never SFT data (0: RL on the SFT sentences)")  # fmt: skip

@@ -54,7 +54,7 @@ class ToyPlan:
     """stage (base, cpt, sft, rl) -> train_iters override."""
     overrides: dict[str, list[str]] = field(default_factory=dict)
     """stage (base, cpt, sft, rl, or all) -> extra dotted overrides (--rl.loss.name grpo ...)."""
-    eval_sentences: int = 50
+    eval_sentences: int = 150
     max_new_tokens: int = 96
     rl_holdout: int = 0
     """> 0: the last N FLORES dev sentences leave the SFT data and are the RL prompts (the

@@ -6,7 +6,10 @@ Per seed: held-out records of the SFT and the RL policy (eval/heldout.py) -> mea
 paired-bootstrap interval of each RL - SFT difference; the constraint table of each policy from
 tools/verify_constraints.py; the RL curves (reward, entropy, length, pass rate) of every seed.
 summary.json holds the means over seeds and, per metric, the worst interval over seeds (the one
-with the lowest lower end); `per_seed` keeps each seed's numbers.
+with the lowest lower end); `per_seed` keeps each seed's numbers. The headline numbers use the first
+COMPARE_SENTENCES devtest sentences of each direction (the issue's anchor was measured on those);
+when the evaluation covered more, `all_sentences` holds the same summary over all of them (tighter
+intervals, same policies).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from vepo_mcore.eval.heldout import METRICS, paired_deltas, read_records, summar
 from vepo_mcore.rewards.constraints import PAPER_VEPO_7B
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
+COMPARE_SENTENCES = 50
+"""Devtest sentences per direction behind the headline numbers: the anchor's comparison set."""
 CURVES = (
     ("reward/total", "reward (raw weighted total, all candidates)"),
     ("reward/mt", "R_mt: chrF++ / 100"),
@@ -34,10 +39,16 @@ def _seed_of(root: Path) -> int:
     return int(root.name.removeprefix("seed"))
 
 
+def _records(root: Path, name: str, limit: int | None = None) -> list[dict]:
+    records = read_records(root / f"heldout_{name}.jsonl")
+    return records if limit is None else [r for r in records if r["index"] < limit]
+
+
 def seed_result(root: Path) -> dict:
-    """One seed's summaries: SFT, RL, the RL - SFT intervals, and (when the policy before SFT was
-    evaluated) its summary and the SFT - before intervals."""
-    sft, rl = read_records(root / "heldout_sft.jsonl"), read_records(root / "heldout_rl.jsonl")
+    """One seed's summaries on the comparison set: SFT, RL, the RL - SFT intervals, and (when the
+    policy before SFT was evaluated) its summary and the SFT - before intervals; `all` the SFT / RL
+    summaries over every evaluated sentence when there are more."""
+    sft, rl = _records(root, "sft", COMPARE_SENTENCES), _records(root, "rl", COMPARE_SENTENCES)
     result = {
         "seed": _seed_of(root),
         "sft": summarize(sft),
@@ -46,9 +57,16 @@ def seed_result(root: Path) -> dict:
         "wall_s": json.loads((root / "timings.json").read_text()),
     }
     if (root / "heldout_cpt.jsonl").is_file():
-        before = read_records(root / "heldout_cpt.jsonl")
+        before = _records(root, "cpt", COMPARE_SENTENCES)
         result["before_sft"] = summarize(before)
         result["sft_delta_ci95"] = paired_deltas(before, sft)
+    sft_all, rl_all = _records(root, "sft"), _records(root, "rl")
+    if len(sft_all) > len(sft):
+        result["all"] = {
+            "sft": summarize(sft_all),
+            "rl": summarize(rl_all),
+            "delta_ci95": paired_deltas(sft_all, rl_all),
+        }
     return result
 
 
@@ -57,7 +75,7 @@ def constraint_tables(root: Path, out_dir: Path) -> dict[str, dict]:
     returns each policy's overall row (percent)."""
     rows = {}
     for name in ("sft", "rl"):
-        records = read_records(root / f"heldout_{name}.jsonl")
+        records = _records(root, name, COMPARE_SENTENCES)
         hyps = out_dir / f"{root.name}_{name}_hyps.jsonl"
         hyps.write_text("".join(json.dumps({"source": r["source"], "hypothesis": r["hypothesis"],
                                             "src_lang": r["direction"].split("-")[0],
@@ -112,6 +130,14 @@ def write_report(seed_dirs: list[Path], shared_dir: Path, out_dir: str | Path) -
         "stage_wall_s": {**shared, **seeds[walls.index(min(walls))]["wall_s"]},  # the fastest seed's
         "per_seed": seeds,
     }
+    if all("all" in s for s in seeds):
+        summary["all_sentences"] = {
+            "n": [s["all"]["sft"]["n"] for s in seeds],
+            "sft": {name: _mean([s["all"]["sft"][name] for s in seeds]) for name in METRICS},
+            "rl": {name: _mean([s["all"]["rl"][name] for s in seeds]) for name in METRICS},
+            "delta_ci95": {name: min((s["all"]["delta_ci95"][name] for s in seeds), key=lambda ci: ci[0])
+                           for name in METRICS},
+        }  # fmt: skip
     if all("before_sft" in s for s in seeds):
         summary["before_sft"] = {name: _mean([s["before_sft"][name] for s in seeds]) for name in METRICS}
         summary["sft_delta_ci95"] = {name: min((s["sft_delta_ci95"][name] for s in seeds), key=lambda ci: ci[0])
@@ -145,6 +171,15 @@ def results_markdown(summary: dict) -> str:
     for s in summary["per_seed"]:
         cells = [f"[{lo:+.1f}, {hi:+.1f}]" for lo, hi in (s["delta_ci95"][n] for n in names)]
         lines.append(f"| seed {s['seed']} | " + " | ".join(cells) + " |")
+    if "all_sentences" in summary:
+        lines += ["", f"The same policies on every evaluated devtest sentence ({summary['per_seed'][0]['all']['sft']['n']} "
+                  "prompts per policy and seed):", "", header]  # fmt: skip
+        for s in summary["per_seed"]:
+            lines.append(_row(f"SFT, seed {s['seed']}", [s["all"]["sft"][n] for n in names]))
+            lines.append(_row(f"RL, seed {s['seed']}", [s["all"]["rl"][n] for n in names]))
+        for s in summary["per_seed"]:
+            cells = [f"[{lo:+.1f}, {hi:+.1f}]" for lo, hi in (s["all"]["delta_ci95"][n] for n in names)]
+            lines.append(f"| RL - SFT, seed {s['seed']} | " + " | ".join(cells) + " |")
     lines += ["", "The paper's constraint table (tools/verify_constraints.py on the same hypotheses; Format is",
               "rated only where the source has structure, N of them):", "",
               "| system | Lang | Length | Format (N) | Mixing | Overall |", "|---|---|---|---|---|---|"]  # fmt: skip
