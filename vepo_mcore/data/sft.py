@@ -1,6 +1,6 @@
 """SFT data: ChatML conversations -> token ids with an assistant-only loss mask, packed or padded, in curriculum phases.
 
-    curriculum = build_sft_datasets(cfg)          # map-style: phase 1 samples, then phase 2, ...
+    curriculum, valid = build_sft_splits(cfg)     # map-style: phase 1 samples, then phase 2, ...
     sample = curriculum[i]   # tokens, labels, loss_mask, position_ids, segment_ids [s] (+ attention_mask [1, s, s])
     curriculum.phase_of(i)   # -> (phase index, phase name) for logs
 
@@ -19,7 +19,11 @@ sequence, -1 on padding) gives the block-diagonal causal attention mask.
 A phase draws `num_samples` conversations from its sources by weight (5:1 general :
 multilingual in the default curriculum, SPEC section 3), each source cycling through seeded
 permutations, interleaved so every prefix keeps the ratios. Position in the curriculum is one
-number (consumed samples), so resuming is exact.
+number (consumed samples), so resuming is exact. data.sft_valid_fraction holds out a seeded share
+of every source file for the validation set.
+
+This module tokenises `.jsonl` sources in memory at start-up; sources given as prefixes of
+tools/preprocess_sft.py are read from disk by data/sft_indexed.py with the same results.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
 import warnings
 from array import array
 from bisect import bisect_right
@@ -268,8 +269,12 @@ def make_plan(
     )
 
 
+def _tmp_name(path: str | Path) -> str:
+    return f"{path}.tmp{uuid.uuid4().hex}"  # unique across ranks and nodes sharing the folder
+
+
 def _write_atomic(path: str | Path, data: bytes) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
+    tmp = _tmp_name(path)
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
@@ -291,7 +296,7 @@ def cached_plan(cache_dir: str | Path, description: dict, compute: Callable[[], 
     try:
         base.parent.mkdir(parents=True, exist_ok=True)
         for name in fields:
-            tmp = f"{base}_{name}.npy.tmp{os.getpid()}"
+            tmp = _tmp_name(f"{base}_{name}.npy")
             with open(tmp, "wb") as f:
                 np.save(f, getattr(plan, name))
             os.replace(tmp, f"{base}_{name}.npy")
