@@ -1,12 +1,14 @@
-"""Peak memory of HF -> Megatron conversion relative to the checkpoint size (goal: ratio <= 1.5).
+"""Peak memory of checkpoint conversion relative to the model's size (goal: ratio <= 1.1).
 
-    .venv/bin/python benchmarks/convert_memory.py                 # ~1.15B params, bf16, TP=1
+    .venv/bin/python benchmarks/convert_memory.py                 # ~1.15B params, bf16
     .venv/bin/python benchmarks/convert_memory.py --layers 2      # quick run
 
 Writes a random Qwen2 checkpoint (safetensors, 1 GB shards, the shipped Qwen2.5 tokenizer) to a
-temporary directory outside the repository, converts it with tools/convert_hf.py in a child
-process, and prints the peak RSS of the conversion (summed over its processes, sampled with
-psutil, and the largest process's ru_maxrss) divided by the checkpoint's size on disk.
+temporary directory outside the repository, then converts it with tools/convert_hf.py in child
+processes, as a user runs it: HF -> Megatron at TP=1 and TP=2, and each of those back to HF.
+For each it prints the peak memory of the conversion (PSS summed over its process tree, sampled
+with psutil, or the largest process's ru_maxrss, whichever is larger) divided by the HF
+checkpoint's size on disk (the model bytes). The ratio reported is the worst of the four.
 Everything is deleted afterwards.
 """
 
@@ -105,7 +107,7 @@ def write_random_checkpoint(out: Path, cfg: dict, shard_bytes: int = 1 << 30) ->
     return params
 
 
-def run_and_measure(cmd: list[str]) -> tuple[int, int, float]:
+def run_and_measure(cmd: list[str], cwd: Path, env: dict) -> tuple[int, int, float]:
     """(peak PSS summed over the process tree, sampled every 50 ms; the child's ru_maxrss; seconds).
 
     PSS, not RSS, for the sum: the checkpoint writer forks, and a forked child's RSS counts the
@@ -114,7 +116,7 @@ def run_and_measure(cmd: list[str]) -> tuple[int, int, float]:
     """
     start = time.time()
     log = tempfile.TemporaryFile()  # a file, not a pipe: a full pipe would stall the child
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     root = psutil.Process(proc.pid)
     peak = 0
     while True:
@@ -135,12 +137,14 @@ def run_and_measure(cmd: list[str]) -> tuple[int, int, float]:
     return peak, usage.ru_maxrss * 1024, time.time() - start  # ru_maxrss is in KiB on Linux
 
 
-def report(what: str, peak: int, maxrss: int, seconds: float, disk: int) -> None:
+def ratio_of(what: str, peak: int, maxrss: int, seconds: float, disk: int) -> float:
+    ratio = max(peak, maxrss) / disk
     print(
         f"{what}: {seconds:.1f} s, peak PSS (process tree) {peak / 2**30:.2f} GiB, "
-        f"largest process ru_maxrss {maxrss / 2**30:.2f} GiB, "
-        f"ratio to checkpoint size {max(peak, maxrss) / disk:.2f}"
+        f"largest process ru_maxrss {maxrss / 2**30:.2f} GiB, ratio to model bytes {ratio:.3f}",
+        flush=True,
     )
+    return ratio
 
 
 def main() -> None:
@@ -151,8 +155,10 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--ffn", type=int, default=5632)
     parser.add_argument("--vocab-rows", type=int, default=151936)
-    parser.add_argument("--tp", type=int, default=1)
-    parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--tp", default="1,2", help="TP sizes to convert at, comma-separated")
+    # Another checkout's tools/convert_hf.py and package (e.g. a worktree of an older commit),
+    # to measure the code before a change with this same script.
+    parser.add_argument("--repo", default=str(REPO), help=argparse.SUPPRESS)
     parser.add_argument("--write-checkpoint-to", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     from vepo_mcore.languages import default_tokenizer_dir
@@ -166,32 +172,44 @@ def main() -> None:
         hf_dir = tmp / "hf"
         # Generated in a child process: a child forked from a big parent starts with the parent's
         # RSS, which ru_maxrss would then report for the conversion.
-        shape_args = sys.argv[1:] + ["--write-checkpoint-to", str(hf_dir)]
+        shape_args = [a for a in sys.argv[1:] if not a.startswith("--repo")]
         written = subprocess.run(
-            [sys.executable, __file__, *shape_args], check=True, capture_output=True, text=True
+            [sys.executable, __file__, *shape_args, "--write-checkpoint-to", str(hf_dir)],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         params = int(written.stdout.split()[-1])
         for tok_file in default_tokenizer_dir().iterdir():
             if tok_file.suffix in (".json", ".jinja"):
                 shutil.copyfile(tok_file, hf_dir / tok_file.name)
         disk = sum(p.stat().st_size for p in hf_dir.glob("*.safetensors"))
-        tool = [sys.executable, "tools/convert_hf.py"]
-        mc_dir, back_dir = tmp / "mc", tmp / "hf_back"
-        to_mc = [*tool, "hf-to-megatron", "--hf", str(hf_dir), "--out", str(mc_dir), "--tp", str(args.tp)]
-        to_mc += ["--pp", str(args.pp)]
-        to_mc_stats = run_and_measure(to_mc)
-        out_disk = sum(p.stat().st_size for p in mc_dir.rglob("*") if p.is_file())
-        to_hf_stats = run_and_measure(
-            [*tool, "megatron-to-hf", "--ckpt", str(mc_dir), "--out", str(back_dir)]
-        )
-        print(f"params {params / 1e9:.3f} B, HF checkpoint on disk {disk / 2**30:.2f} GiB (bf16)")
-        print(f"megatron checkpoint on disk {out_disk / 2**30:.2f} GiB (TP={args.tp}, PP={args.pp})")
-        report("HF -> Megatron", *to_mc_stats, disk)
-        report("Megatron -> HF (reference point, no goal)", *to_hf_stats, disk)
-        peak, maxrss, _ = to_mc_stats
-        print(
-            f"ratio peak memory / checkpoint size (HF -> Megatron) = {max(peak, maxrss) / disk:.2f}  (goal <= 1.5)"
-        )
+        print(f"params {params / 1e9:.3f} B, HF checkpoint on disk {disk / 2**30:.2f} GiB (bf16)", flush=True)
+        repo = Path(args.repo).resolve()
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(repo),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+        }
+        tool = [sys.executable, str(repo / "tools" / "convert_hf.py")]
+        ratios = {}
+        for tp in [int(t) for t in args.tp.split(",")]:
+            mc_dir, back_dir = tmp / f"mc_tp{tp}", tmp / f"hf_back_tp{tp}"
+            to_mc = [*tool, "hf-to-megatron", "--hf", str(hf_dir), "--out", str(mc_dir), "--tp", str(tp)]
+            ratios[f"hf_to_megatron_tp{tp}"] = ratio_of(
+                f"HF -> Megatron, TP={tp}", *run_and_measure(to_mc, repo, env), disk
+            )
+            to_hf = [*tool, "megatron-to-hf", "--ckpt", str(mc_dir), "--out", str(back_dir)]
+            ratios[f"megatron_to_hf_tp{tp}"] = ratio_of(
+                f"Megatron (TP={tp}) -> HF", *run_and_measure(to_hf, repo, env), disk
+            )
+            shutil.rmtree(mc_dir)
+            shutil.rmtree(back_dir)
+        worst = max(ratios.values())
+        print(f"worst ratio peak memory / model bytes = {worst:.3f}  (goal <= 1.1)")
+        result = {"bench": "convert_memory", "ratio": round(worst, 4), "goal": 1.1, "higher_is_better": False}
+        result.update(ratios={k: round(v, 4) for k, v in ratios.items()}, model_bytes=disk, params=params)
+        print(json.dumps(result))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

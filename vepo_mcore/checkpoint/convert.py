@@ -472,11 +472,24 @@ def megatron_to_hf(
             if known >= m.vocab_size
             else padded_vocab_size(m.vocab_size, m.make_vocab_size_divisible_by)
         )
+    if vocab_rows < m.vocab_size:
+        raise ValueError(f"cannot write {vocab_rows} vocab rows: the real vocab size is {m.vocab_size}")
     out = Path(out_dir)
     with HFWriter(out, max_shard_bytes) as writer:
-        tensors = checkpoint_tensors(ckpt_dir, m.num_layers)
-        for hf_name, tensor in mapping.megatron_to_hf_tensors(tensors, m, vocab_rows):
-            writer.add(hf_name, tensor.to(dtype))
+        for name, tensor in checkpoint_tensors(ckpt_dir, m.num_layers):
+            _, rule = mapping.parse_megatron_name(name)
+            if rule.kind != "vocab":
+                for hf_name, hf_tensor in mapping.megatron_to_hf_tensors([(name, tensor)], m, vocab_rows):
+                    writer.add(hf_name, hf_tensor.to(dtype))
+            elif not (name == "output_layer.weight" and m.tie_word_embeddings):
+                # What mapping.pad_vocab_rows does, in place: this tensor is ours, and a padded
+                # copy of the largest tensor would cost its size again.
+                if tensor.shape[0] < m.vocab_size:
+                    raise ValueError(
+                        f"{name} has {tensor.shape[0]} rows, fewer than the real vocab size {m.vocab_size}"
+                    )
+                tensor[m.vocab_size :] = 0
+                writer.add(mapping.hf_names_for(name, m)[0], tensor.to(dtype), rows=vocab_rows)
     hf_cfg = hf_config_from_model(m, template, vocab_rows, dtype)
     (out / "config.json").write_text(json.dumps(hf_cfg, indent=2) + "\n")
     tokenizer_src = Path(cfg.tokenizer.path) if cfg.tokenizer.path else root / TOKENIZER_DIR

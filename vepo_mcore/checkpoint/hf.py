@@ -11,6 +11,7 @@ with HFWriter(out_dir, max_shard_bytes=5 << 30) as writer:
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -247,17 +248,23 @@ class HFWriter:
         self._written: set[str] = set()
         self.total_bytes = 0
 
-    def add(self, name: str, tensor: torch.Tensor) -> None:
+    def add(self, name: str, tensor: torch.Tensor, rows: int | None = None) -> None:
+        """Write `tensor` as `name`; rows: write it with that many rows, cut or zero-padded at the
+        end (a vocab matrix exported at another row count, without a padded copy in memory)."""
         if name in self._written:
             raise ValueError(f"tensor {name!r} written twice")
-        size = tensor.numel() * tensor.element_size()
+        shape = list(tensor.shape)
+        if rows is not None:
+            tensor, shape = tensor[:rows], [rows, *shape[1:]]
+        size = tensor.element_size() * math.prod(shape)
         if self._pending and self._pending_bytes + size > self.max_shard_bytes:
             self._flush()
         if self._scratch is None:
             self._scratch = open(self.dir / f"shard-{len(self._shards):05d}.tmp.data", "w+b")  # noqa: SIM115
         data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-        self._pending[name] = (tensor.dtype, list(tensor.shape), self._pending_bytes, size)
+        self._pending[name] = (tensor.dtype, shape, self._pending_bytes, size)
         self._scratch.write(memoryview(data.numpy()))
+        self._scratch.write(bytes(size - data.numel()))  # the zero rows past the tensor's own
         self._written.add(name)
         self._pending_bytes += size
         self.total_bytes += size

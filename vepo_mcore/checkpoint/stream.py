@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,12 +175,14 @@ def hf_chunk_source(reader, cfg: JobConfig) -> Callable[[Chunk], torch.Tensor]:
                 raise ValueError(
                     f"{hf_name}: shape {[rows, hidden]} does not hold {m.vocab_size} rows of width {chunk.sizes[1]}"
                 )
-            start, stop = chunk.offsets[0], chunk.offsets[0] + chunk.sizes[0]
+            start, stop = chunk.offsets[0], min(chunk.offsets[0] + chunk.sizes[0], m.vocab_size)
             out = torch.zeros(chunk.sizes, dtype=chunk.dtype)
-            if start < m.vocab_size:
-                out[: min(stop, m.vocab_size) - start] = reader.get_rows(
-                    hf_name, start, min(stop, m.vocab_size)
-                )
+            # In blocks of ~64 MiB: a block is read through a memory map and copied, so reading
+            # the rows at once would hold them twice more.
+            block = max(1, (64 << 20) // (hidden * out.element_size()))
+            for a in range(start, stop, block):
+                b = min(a + block, stop)
+                out[a - start : b - start] = reader.get_rows(hf_name, a, b)
             return out
         if chunk.name not in last:
             last.clear()
@@ -300,11 +304,131 @@ def read_metadata(path: str | Path):
 def read_regions(
     path: str | Path, regions: dict[str, tuple[tuple[int, ...], tuple[int, ...]]], metadata=None
 ) -> dict[str, torch.Tensor]:
-    """{key: (offsets, sizes)} -> {key: that region of the stored global tensor}, read directly.
+    """{key: (offsets, sizes)} -> {key: that region of the stored global tensor}.
 
-    Only the stored chunks overlapping a region are read (whatever TP/PP wrote them); no
-    process group and no megatron import needed.
+    Reads only the stored chunks that overlap a region, whatever TP/PP wrote them, with no
+    process group and no megatron import. A chunk's bytes are read straight into the result
+    (torch.distributed.checkpoint's own reader would hold each chunk three times: the file
+    bytes, the loaded tensor and the copy); chunks stored in another way go through it.
     """
+    path = Path(path)
+    metadata = metadata or read_metadata(path)
+    stored = metadata.state_dict_metadata
+    missing = [key for key in regions if key not in stored]
+    if missing:
+        raise KeyError(f"{path}: the checkpoint has no tensors {missing}")
+    out, fallback = {}, {}
+    for key, (offsets, sizes) in regions.items():
+        out[key] = torch.empty(sizes, dtype=stored[key].properties.dtype)
+        for chunk in stored[key].chunks:
+            lo = [max(o, c) for o, c in zip(offsets, chunk.offsets)]
+            hi = [min(o + s, c + n) for o, s, c, n in zip(offsets, sizes, chunk.offsets, chunk.sizes)]
+            if any(h <= low for low, h in zip(lo, hi)):
+                continue
+            dest = out[key]
+            for dim, (low, h, o) in enumerate(zip(lo, hi, offsets)):
+                dest = dest.narrow(dim, low - o, h - low)
+            whole = list(lo) == list(chunk.offsets) and [h - low for low, h in zip(lo, hi)] == list(
+                chunk.sizes
+            )
+            info = metadata.storage_data.get(_metadata_index(key, chunk.offsets))
+            if not (whole and info is not None and _read_stored_tensor(path, info, dest)):
+                fallback.setdefault(key, (offsets, sizes))
+    if fallback:
+        out.update(_read_regions_dcp(path, fallback))
+    return out
+
+
+def _metadata_index(key: str, offsets):
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    return MetadataIndex(key, torch.Size(offsets))
+
+
+class _TensorPickle(pickle.Unpickler):
+    """Reads what torch.save pickles for one dense tensor, without building it:
+    (storage record name, storage offset, size, stride)."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return lambda storage, offset, size, stride, *rest: (storage, offset, tuple(size), tuple(stride))
+        if (module, name) == ("collections", "OrderedDict"):
+            return dict
+        if module == "torch" and name.endswith("Storage"):
+            return name
+        raise pickle.UnpicklingError(f"not a plain tensor: {module}.{name}")
+
+    def persistent_load(self, pid):
+        return pid[2]  # ('storage', storage type, record key, location, numel)
+
+
+def _read_stored_tensor(path: Path, info, dest: torch.Tensor) -> bool:
+    """Fill `dest` with one stored chunk (a torch.save zip inside a .distcp file); False when the
+    chunk is stored in a way this reader does not handle (then nothing was read)."""
+    if getattr(info, "transform_descriptors", None):
+        return False
+    with open(path / info.relative_path, "rb", buffering=0) as raw:
+        window = _Window(raw, info.offset, info.length)
+        try:
+            with zipfile.ZipFile(window) as archive:
+                pkl = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
+                storage, offset, size, stride = _TensorPickle(io.BytesIO(archive.read(pkl))).load()
+                record = archive.getinfo(f"{pkl[: -len('data.pkl')]}data/{storage}")
+        except (zipfile.BadZipFile, pickle.UnpicklingError, StopIteration, KeyError, ValueError, TypeError):
+            return False
+        if size != tuple(dest.shape) or not torch.empty_strided(size, stride, device="meta").is_contiguous():
+            return False
+        if record.compress_type != zipfile.ZIP_STORED:
+            return False
+        window.seek(record.header_offset)
+        header = window.read(30)
+        start = record.header_offset + 30 + int.from_bytes(header[26:28], "little")
+        start += int.from_bytes(header[28:30], "little") + offset * dest.element_size()
+        target = dest if dest.is_contiguous() else torch.empty(size, dtype=dest.dtype)
+        view = memoryview(target.reshape(-1).view(torch.uint8).numpy())
+        window.seek(start)
+        done = 0
+        while done < len(view):
+            n = window.readinto(view[done:])
+            if not n:
+                raise OSError(f"{path / info.relative_path}: truncated chunk")
+            done += n
+        if target is not dest:
+            dest.copy_(target)
+    return True
+
+
+class _Window(io.RawIOBase):
+    """Bytes [start, start + length) of an open file, as a seekable file of their own."""
+
+    def __init__(self, raw, start: int, length: int):
+        self.raw, self.start, self.length, self.pos = raw, start, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self.pos = {0: pos, 1: self.pos + pos, 2: self.length + pos}[whence]
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        buffer = memoryview(buffer).cast("B")[: max(0, self.length - self.pos)]
+        if not len(buffer):
+            return 0
+        self.raw.seek(self.start + self.pos)
+        n = self.raw.readinto(buffer)
+        self.pos += n
+        return n
+
+
+def _read_regions_dcp(path: Path, regions: dict) -> dict[str, torch.Tensor]:
+    """read_regions through torch.distributed.checkpoint's reader (any storage layout)."""
     from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
     from torch.distributed.checkpoint import load as dcp_load
     from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
@@ -312,10 +436,7 @@ def read_regions(
     from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
     reader = FileSystemReader(str(path))
-    stored = (metadata or reader.read_metadata()).state_dict_metadata
-    missing = [key for key in regions if key not in stored]
-    if missing:
-        raise KeyError(f"{path}: the checkpoint has no tensors {missing}")
+    stored = reader.read_metadata().state_dict_metadata
     out = {key: torch.empty(sizes, dtype=stored[key].properties.dtype) for key, (_, sizes) in regions.items()}
 
     class RegionPlanner(DefaultLoadPlanner):
