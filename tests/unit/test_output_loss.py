@@ -166,3 +166,58 @@ def test_gradients_built_in_forward_for_the_expected_loss_weights(monkeypatch, d
         calls.clear()
         output_layer_cross_entropy(hidden, weight, targets, chunk_size=7, loss_weights=w)
         assert len(calls) == 5
+
+
+def test_megatron_builds_the_output_layer_as_column_parallel_linear_whatever_the_layer_spec():
+    """Contract with megatron.core (pinned 0.16.1) for the GPU path: GPTModel builds its output layer
+    from tensor_parallel.ColumnParallelLinear itself, never from the transformer layer spec, so with
+    Transformer Engine's spec the chunked output layer + loss runs exactly as with the local one."""
+    import inspect
+
+    from megatron.core.models.gpt import gpt_model
+
+    src = inspect.getsource(gpt_model.GPTModel.__init__)
+    assert src.count("self.output_layer =") == 1
+    assert "self.output_layer = tensor_parallel.ColumnParallelLinear(" in src
+
+
+def test_chunked_path_only_for_megatrons_own_output_layer():
+    """QwenGPTModel takes the chunked path for a bias-free ColumnParallelLinear; the critic's and the
+    reward model's ScalarHead, MTP, inference and an opt-out keep megatron's logits."""
+    from types import SimpleNamespace
+
+    from megatron.core.tensor_parallel import ColumnParallelLinear
+
+    from vepo_mcore.models.gpt import QwenGPTModel
+    from vepo_mcore.models.heads import ScalarHead
+
+    column = ColumnParallelLinear.__new__(ColumnParallelLinear)
+    torch.nn.Module.__init__(column)
+    column.bias = None
+    config = SimpleNamespace(defer_embedding_wgrad_compute=False)
+
+    labels_given = torch.zeros(1)
+
+    def applies(layer, labels=labels_given, kwargs=None, defer=False, opt_in=True, mtp=False):
+        model = SimpleNamespace(chunked_output_loss=opt_in, _defer_output_layer=defer, mtp_process=mtp,
+                                output_layer=layer, config=config)  # fmt: skip
+        return QwenGPTModel._chunked_output_applies(model, labels, kwargs or {})
+
+    assert applies(column)
+    assert applies(column, labels=None, defer=True)
+    assert not applies(column, labels=None)  # logits wanted
+    assert not applies(column, opt_in=False)
+    assert not applies(column, mtp=True)
+    assert not applies(ScalarHead(8, 1))
+    assert not applies(column, kwargs={"inference_context": object()})
+    assert not applies(column, kwargs={"runtime_gather_output": True})
+
+
+def test_no_tokens():
+    """A micro-batch whose loss mask is all zero selects no position: zero loss, zero gradients."""
+    hidden, weight, _ = _inputs(n=0, rows=12)
+    loss = output_layer_cross_entropy(
+        hidden, weight, torch.zeros(0, dtype=torch.long), loss_weights=torch.ones(0)
+    )
+    loss.sum().backward()
+    assert loss.shape == (0,) and (weight.grad == 0).all()

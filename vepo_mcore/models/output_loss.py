@@ -360,7 +360,10 @@ class _EarlyGradients:
         self.expected = expected_grad.to(cdt)
         self.coef = self.expected / temperature  # d/dlogits = d/dz / tau
         self.grad_hidden = torch.zeros_like(hidden)
-        self.grad_weight = torch.zeros_like(weight)
+        # the first chunk writes its rows (no zero fill + read of a weight-sized tensor); padding rows 0
+        self.grad_weight = torch.empty_like(weight)
+        self.grad_weight[valid:] = 0
+        self.first = True
         self.low = weight.dtype != cdt
         if self.low:  # bf16/fp16 GEMMs as the output layer's, dweight summed over chunks in fp32
             self.dw_acc = torch.zeros(valid, weight.shape[1], dtype=cdt, device=weight.device)
@@ -380,12 +383,17 @@ class _EarlyGradients:
         torch.mm(g, w, out=self.grad_hidden[sl])
         if self.low:
             self.dw_acc.add_(torch.mm(g.t(), h, out=self.dw_part))
+        elif self.first:
+            torch.mm(g.t(), h, out=self.grad_weight[: self.valid])
         else:
             self.grad_weight[: self.valid].addmm_(g.t(), h)
+        self.first = False
 
     def scaled(self, grad_logp, grad_entropy):
         """(s * dL/dhidden, s * dL/dweight) if grad_logp == s * expected and no entropy gradient, else None."""
         if grad_logp is None or (grad_entropy is not None and bool(grad_entropy.ne(0).any())):
+            return None
+        if self.expected.numel() == 0:
             return None
         grad_logp = grad_logp.to(self.expected.dtype)
         k = self.expected.abs().argmax()
@@ -397,6 +405,8 @@ class _EarlyGradients:
         if self.low:
             self.grad_weight[: self.valid] = self.dw_acc
             self.dw_acc = self.dw_part = None
+        if s.item() == 1.0:  # megatron seeds backward with 1 unless it scales the loss
+            return self.grad_hidden, self.grad_weight
         return self.grad_hidden.mul_(s.to(self.grad_hidden.dtype)), self.grad_weight.mul_(
             s.to(self.grad_weight.dtype)
         )
