@@ -100,10 +100,13 @@ def test_rl_forward_step_reads_the_experience_record():
         return torch.empty(1, 10, 8, device=tokens.device)
 
     micro = _rl_micro(META)
-    rl_forward_step(iter([micro]), model, cfg=LossConfig(), kl=None, vocab_size=8)
-    assert seen["positions"] is micro.position_ids
-    assert seen["output_mask"].device == META and seen["output_mask"].dtype == torch.bool
-    assert seen["defer"] is True  # the output layer runs inside the loss, chunk by chunk
+    for chunked in (False, True):  # rl.loss.chunked_output_layer: the output layer inside the loss
+        rl_forward_step(
+            iter([micro]), model, cfg=LossConfig(chunked_output_layer=chunked), kl=None, vocab_size=8
+        )
+        assert seen["positions"] is micro.position_ids
+        assert seen["output_mask"].device == META and seen["output_mask"].dtype == torch.bool
+        assert seen["defer"] is chunked
 
 
 def _rl_micro(device, b: int = 2, s: int = 5) -> Experience:

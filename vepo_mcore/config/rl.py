@@ -49,6 +49,12 @@ class LossConfig:
     logprob_chunk_size: int | None = None
     """Tokens per chunk in the fused vocab-parallel log-prob/entropy; None = as many as fit 32 MiB
     per work buffer (rl.logprobs.CHUNK_BYTES), so its memory does not grow with T."""
+    chunked_output_layer: bool = False
+    """True: the training loss computes log-prob and entropy from the final hidden states and the output
+    weight chunk by chunk (models/output_loss.py): no [response tokens, vocab] logits or gradient, at
+    the cost of recomputing each chunk's output GEMM in backward (output layer + loss took 1.2-1.3x
+    the logits path's CPU time at 512 tokens x 152k vocab). False: logits, then the fused log-prob.
+    The old/reference log-prob passes (no backward) always run chunked."""
     value_clip: float = 0.2
     """PPO: value-function clip range."""
     gae_gamma: float = 1.0

@@ -7,11 +7,12 @@ A micro-batch is an rl.experience.Experience (rows b of the step's batch): `toke
 `position_ids`, `loss_mask` [b, s] for the model, and the RLBatch fields the loss reads by the
 same names (old_logp, ref_logp, advantages, rewards, group_ids, keep, ...; `loss_fields()`).
 
-The model hands the final hidden states of the response positions and its vocab-parallel output
-weight to the loss (QwenGPTModel's `output_mask` + `defer_output_layer`: a DeferredOutputLayer;
-logits [1, N, V_pad / TP] where the model cannot defer, e.g. a critic head), and rl.logprobs turns
-them into the log-prob and entropy of each label chunk by chunk, never holding [N, V], scattered
-back to [b, s]. `loss_func` returns megatron's
+The model runs its output layer on the response positions only (QwenGPTModel's `output_mask`);
+those logits stay vocab-parallel ([1, N, V_pad / TP]) until rl.logprobs turns them into the
+log-prob and entropy of each label, scattered back to [b, s]. With rl.loss.chunked_output_layer
+the model hands over the final hidden states and its output weight instead (`defer_output_layer`,
+a DeferredOutputLayer) and the output layer runs chunk by chunk inside the loss, never holding
+[N, V] (one more output GEMM in backward). `loss_func` returns megatron's
 3-tuple (loss, num_tokens, metrics), made for `calculate_per_token_loss=True` (megatron then divides gradients by the token count of
 the whole global batch, across micro-batches and DP ranks):
 - loss_agg 'global_tokens': (sum over response tokens, response tokens here) -> exactly the
@@ -67,7 +68,8 @@ def rl_forward_step(
 ) -> tuple[torch.Tensor, Callable]:
     """Next micro-batch -> (logits on the last stage / hidden states elsewhere, loss_func)."""
     micro = next(data_iterator)
+    mask = micro.loss_mask.bool()
     output = model(
-        micro.tokens, micro.position_ids, None, output_mask=micro.loss_mask.bool(), defer_output_layer=True
+        micro.tokens, micro.position_ids, None, output_mask=mask, defer_output_layer=cfg.chunked_output_layer
     )
     return output, partial(rl_loss_func, micro, cfg, kl, vocab_size)
