@@ -4,8 +4,9 @@
     python tools/convert_hf.py hf-to-megatron --hf Qwen2.5-7B --out ckpt/qwen7b --tp 4 --dry-run
     python tools/convert_hf.py megatron-to-hf --ckpt ckpt/qwen7b --out Qwen2.5-7B-vepo
 
-hf-to-megatron runs TP*PP local gloo processes; the dist checkpoint it writes loads at any
-TP/PP. --vocab-size sets the real vocab (default: the tokenizer.json's length).
+Both directions stream tensor by tensor in one process (memory near the largest tensor, not the
+model); the dist checkpoint hf-to-megatron writes (every TP/PP rank's shards) loads at any TP/PP.
+--vocab-size sets the real vocab (default: the tokenizer.json's length).
 """
 
 from __future__ import annotations

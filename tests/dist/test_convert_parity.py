@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support.checkpoints import megatron_logits_worker, tiny_qwen2_hf
 from vepo_mcore.checkpoint.convert import hf_to_megatron, local_process_group, megatron_to_hf
 from vepo_mcore.checkpoint.reshard import reshard_checkpoint
-from tests.support.checkpoints import megatron_logits_worker, tiny_qwen2_hf
 from vepo_mcore.parallel.launch import run_processes
 
 
@@ -35,10 +35,30 @@ def _convert_and_forward(rank, world_size, conversions, jobs, tokens, root):
     """One 2-process group does the conversions, a reshard and every forward (spawning is slow)."""
     for hf_dir, out_dir, tp, pp in conversions:
         hf_to_megatron(hf_dir, out_dir, tp=tp, pp=pp, vocab_size=REAL_VOCAB)
+        _megatron_save(hf_dir, f"{out_dir}_megatron_save", tp, pp)
     reshard_checkpoint(root / "untied_bias_tp2", root / "resharded_pp2", tp=1, pp=2)
     for ckpt, out_file, tp, pp in jobs:
         megatron_logits_worker(rank, world_size, ckpt, tokens, out_file, tp, pp)
     _hf_tensors_from_live_tp2_model(rank, root)
+
+
+def _megatron_save(hf_dir, out_dir, tp, pp):
+    """The conversion before streaming: build this rank's model, fill it from HF, megatron's save."""
+    from vepo_mcore.checkpoint.convert import (
+        load_hf_into_model,
+        plan_hf_to_megatron,
+        save_megatron_checkpoint,
+        weights_only_common,
+    )
+    from vepo_mcore.checkpoint.hf import HFCheckpoint
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+
+    cfg, _ = plan_hf_to_megatron(hf_dir, tp, pp, REAL_VOCAB)
+    init_model_parallel(cfg.parallel)
+    model = build_model(cfg, init_weights=False)
+    load_hf_into_model(model, HFCheckpoint(hf_dir), cfg)
+    save_megatron_checkpoint(model, out_dir, common=weights_only_common(cfg))
 
 
 def _hf_tensors_from_live_tp2_model(rank, root):
@@ -151,3 +171,30 @@ def test_tied_pp2_checkpoint_exports_to_transformers(converted):
     with torch.no_grad():
         logits = model(tokens).logits[..., :REAL_VOCAB]
     assert (logits - reference["tied_nobias_pp2"]).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["untied_bias_tp2", "tied_nobias_pp2"])
+def test_streamed_conversion_equals_megatron_save(converted, name):
+    """hf_to_megatron (no model built, chunk by chunk) writes what megatron's save of the built
+    TP=2 / PP=2 model writes: the same keys, chunks and dtypes, and equal tensors."""
+    from vepo_mcore.checkpoint import stream
+
+    root, _ = converted
+
+    def layout(path):
+        out = {}
+        for key, md in stream.read_metadata(path).state_dict_metadata.items():
+            chunks = sorted((tuple(c.offsets), tuple(c.sizes)) for c in getattr(md, "chunks", []))
+            out[key] = (
+                tuple(getattr(md, "size", ())),
+                getattr(getattr(md, "properties", None), "dtype", None),
+                chunks,
+            )
+        return out
+
+    streamed, reference = root / name / "iter_0000000", root / f"{name}_megatron_save"
+    assert layout(streamed) == layout(reference)
+    before, after = _plain_tensors(reference), _plain_tensors(streamed)
+    assert sorted(before) == sorted(after)
+    for key, tensor in before.items():
+        assert after[key].dtype == tensor.dtype and torch.equal(after[key], tensor), key

@@ -1,6 +1,6 @@
 """HF Qwen2 <-> megatron.core dist checkpoints (torch_dist), the work behind tools/convert_hf.py.
 
-    hf_to_megatron("Qwen2.5-7B", "ckpt/qwen7b", tp=4, pp=2)   # spawns TP*PP gloo processes on CPU
+    hf_to_megatron("Qwen2.5-7B", "ckpt/qwen7b", tp=4, pp=2)   # one process writes every rank's shards
     megatron_to_hf("ckpt/qwen7b", "Qwen2.5-7B-vepo")           # from any TP/PP, one process
 
 A converted checkpoint directory holds:
@@ -14,7 +14,11 @@ torch_dist stores global tensors, so a checkpoint written at one TP/PP loads at 
 (`load_megatron_checkpoint`). Vocab rows: megatron pads the real vocab (the tokenizer's length)
 by the one padding rule with zero rows; export writes the source checkpoint's row count (152,064
 for Qwen2.5) when known, else the padded size, with every row >= the real vocab zero.
-Tensors are streamed: each rank reads only the HF tensors it needs, one at a time.
+Both directions stream, so memory stays near the largest tensor, not the model (issue 19;
+benchmarks/convert_memory.py): HF -> megatron builds no model and cuts each TP/PP rank's shards
+from one HF tensor at a time (stream.py writes them with torch.distributed.checkpoint in
+megatron's torch_dist layout); megatron -> HF reads the stored chunks one layer at a time and
+HFWriter writes each tensor as it comes.
 """
 
 from __future__ import annotations
@@ -324,6 +328,8 @@ def write_weights_only(
     caller: str,
 ) -> Path:
     """Write a weights-only checkpoint of cfg's model at cfg.parallel's TP/PP to `out`; returns out.
+
+    The model-building path, used by reshard_checkpoint (conversion from HF streams instead).
 
     Each rank fills its model chunk with `load(model, str(source), cfg)` (a module-level function:
     spawned ranks receive it pickled). Called outside a process group it spawns TP*PP local gloo
