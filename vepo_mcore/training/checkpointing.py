@@ -451,9 +451,9 @@ the save is finalised, before integrity.json lists the folder)."""
 ERROR_FINALIZE_TIMEOUT_S = 60.0
 """After an exception, how long the ranks wait for each other before finalising a save in flight;
 when not every rank arrives (the error was not everywhere) the save is abandoned."""
-_ASYNC: dict[str, Any] = {"queues": {}, "group": None}
-"""{"queues": {save folder: megatron AsyncCallsQueue of its saves in flight}, "group": a gloo group
-for the timed barrier after an exception}: the same on every rank, in the same order."""
+_ASYNC: dict[str, Any] = {"queues": {}, "closes": 0}
+"""{"queues": {save folder: megatron AsyncCallsQueue of its saves in flight} (the same on every rank,
+in the same order), "closes": close_async_saves calls so far (names the timed barrier's store keys)}."""
 
 
 def _async_queues() -> dict[str, Any]:
@@ -463,9 +463,6 @@ def _async_queues() -> dict[str, Any]:
 def _new_async_queue():
     from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
 
-    if _ASYNC["group"] is None and dist.is_initialized():
-        # Collective, so made here where every rank saves: monitored_barrier needs gloo (with NCCL too).
-        _ASYNC["group"] = dist.new_group(backend="gloo")
     # Not persistent: megatron's persistent worker is spawned and receives the state through a queue,
     # which would move CPU tensors into shared memory in place (the training would overwrite them).
     return AsyncCallsQueue(persistent=False)
@@ -496,10 +493,12 @@ def finalize_async_saves(save_dir: str | Path | None = None, *, blocking: bool =
 
 def close_async_saves(after_error: bool = False) -> None:
     """End of a run (every rank): finalise what is in flight, then forget the run's queues. After an
-    exception, first wait up to ERROR_FINALIZE_TIMEOUT_S for every rank to get here (a gloo
-    monitored barrier): when one does not (the error hit only some ranks) the saves are abandoned
-    instead: their writers are killed and `latest` stays on the previous checkpoint. Never raises
-    after an exception (the original error is the one to report)."""
+    exception, the ranks first meet at a barrier on the process group's store that gives up after
+    ERROR_FINALIZE_TIMEOUT_S (_all_ranks_arrive): when a rank does not come (the error hit only some
+    ranks; the others wait in a collective) the saves are abandoned instead: their writers are
+    killed and `latest` stays on the previous checkpoint. Never raises after an exception (the
+    original error is the one to report)."""
+    _ASYNC["closes"] += 1
     try:
         if not async_saves_in_flight():
             return
@@ -507,9 +506,10 @@ def close_async_saves(after_error: bool = False) -> None:
             finalize_async_saves()
             return
         try:
-            if dist.is_initialized() and dist.get_world_size() > 1:
-                timeout = timedelta(seconds=ERROR_FINALIZE_TIMEOUT_S)
-                dist.monitored_barrier(_ASYNC["group"], timeout=timeout, wait_all_ranks=True)
+            if not _all_ranks_arrive(f"vepo_async_close/{_ASYNC['closes']}", ERROR_FINALIZE_TIMEOUT_S):
+                raise TimeoutError(
+                    f"not every rank reached the end of the run within {ERROR_FINALIZE_TIMEOUT_S:.0f}s"
+                )
             _warn_rank0("finalising the checkpoint being written before exiting on the error")
             finalize_async_saves()
         except Exception as exc:
@@ -520,8 +520,34 @@ def close_async_saves(after_error: bool = False) -> None:
                     active.async_caller.close(abort=True)
                 queue.async_calls.clear()
     finally:
-        # The next run (maybe on a new process group) starts afresh.
-        _ASYNC["queues"], _ASYNC["group"] = {}, None
+        _ASYNC["queues"] = {}  # the next run (maybe on a new process group) starts afresh
+
+
+def _all_ranks_arrive(key: str, timeout_s: float) -> bool:
+    """A barrier through the process group's key-value store that every rank leaves with the same
+    answer: rank 0 waits up to `timeout_s` for all to arrive and publishes the verdict; the others wait
+    for it as long. No collective is issued, so ranks stuck in one (where the error did not happen)
+    cannot hang it, nor it them."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return True
+    store = dist.distributed_c10d._get_default_store()
+    timeout = timedelta(seconds=timeout_s)
+    store.add(f"{key}/arrived", 1)
+    if _rank() == 0:
+        deadline = time.monotonic() + timeout_s
+        while store.add(f"{key}/arrived", 0) < dist.get_world_size() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        everyone = store.add(f"{key}/arrived", 0) >= dist.get_world_size()
+        # A rank that arrived, waited its timeout and left counts as absent.
+        verdict = b"go" if everyone and store.add(f"{key}/gave_up", 0) == 0 else b"abandon"
+        store.set(f"{key}/verdict", verdict)
+        return verdict == b"go"
+    try:
+        store.wait([f"{key}/verdict"], timeout)
+    except Exception:  # rank 0 never came
+        store.add(f"{key}/gave_up", 1)
+        return False
+    return store.get(f"{key}/verdict") == b"go"
 
 
 def _background_write(trainer_pid: int, tmp: Path, write: Callable, rank: int, buckets, *args) -> None:
