@@ -244,8 +244,9 @@ _MEASURE = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2])
 def test_conversion_peak_memory_is_a_small_part_of_the_model(tmp_path, tp):
-    """~270 MB of bf16 weights in 32 layers, converted both ways in a fresh process: its peak RSS
-    grows by under a fifth of the model (holding the model, as before, grows it by all of it)."""
+    """~250 MB of bf16 weights in 32 layers, converted both ways in a fresh process: its peak RSS
+    grows by under a fifth of the model. Measured 2026-11-26 at TP=1: +12 MB for 252 MB of weights;
+    the code before streaming grew it by 302 MB (1.2x), so this fails when the model is held."""
     script = tmp_path / "measure.py"
     script.write_text(_MEASURE)
     env = {
@@ -267,7 +268,7 @@ def test_conversion_peak_memory_is_a_small_part_of_the_model(tmp_path, tp):
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     model_bytes, m = runs
-    assert model_bytes > 250e6
+    assert model_bytes > 240e6
     for direction in ("to_megatron", "to_hf"):
         growth = m[direction] - m["base"]
         assert growth < 0.2 * model_bytes, (
