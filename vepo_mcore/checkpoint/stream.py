@@ -19,9 +19,11 @@ megatron's own save at TP=1, TP=2 and PP=2.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import pickle
+import warnings
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -198,6 +200,14 @@ def hf_chunk_source(reader, cfg: JobConfig) -> Callable[[Chunk], torch.Tensor]:
     return source
 
 
+@contextlib.contextmanager
+def _single_process_is_intended():
+    """Silence DCP's warning that it runs without a process group: that is the point here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        yield
+
+
 def _empty_extra_state() -> io.BytesIO:
     # What megatron stores for a local-spec linear layer's extra state (its get_extra_state is None).
     buffer = io.BytesIO()
@@ -286,7 +296,10 @@ def write_dist_checkpoint(
     chunks = [c for c in chunks if mine is None or c.rank in mine]
     object_keys = [key for key, rank in objects if mine is None or rank in mine]
     writer = FileSystemWriter(path, single_file_per_rank=False, thread_count=1, per_thread_copy_ahead=0)
-    dcp_save({}, storage_writer=writer, planner=_planner(chunks, object_keys, source), no_dist=not in_group)
+    with _single_process_is_intended():
+        dcp_save(
+            {}, storage_writer=writer, planner=_planner(chunks, object_keys, source), no_dist=not in_group
+        )
     # metadata.json last: megatron treats a directory with it as a complete checkpoint.
     if main:
         (path / "metadata.json").write_text(json.dumps(MEGATRON_FORMAT))
@@ -453,5 +466,6 @@ def _read_regions_dcp(path: Path, regions: dict) -> dict[str, torch.Tensor]:
                 target = target.narrow(dim, start, length)
             return target
 
-    dcp_load({}, storage_reader=reader, planner=RegionPlanner(), no_dist=True)
+    with _single_process_is_intended():
+        dcp_load({}, storage_reader=reader, planner=RegionPlanner(), no_dist=True)
     return out
