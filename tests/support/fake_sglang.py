@@ -22,6 +22,19 @@ session). What it enforces, each as the pinned source does:
     (success False, the scheduler's message); flattened_bucket takes one serialized payload per
     engine TP rank, each rank deserializing only its own (a payload shared by two ranks fails here,
     as a second deserialisation of one CUDA-IPC handle does there).
+  * init_weights_update_group / update_weights_from_distributed / destroy_weights_update_group: the
+    engine's GPUs are stood in for by `tp_size` scheduler processes (spawned on the first
+    init_weights_update_group, each with a default gloo group of the engine's ranks, as SGLang's
+    schedulers have). Each joins the named group at rank rank_offset + tp_rank through the same TCP
+    rendezvous as sglang.srt.utils.init_custom_process_group, and receives every update as
+    `broadcast(src=0)` in it: flattened_bucket = one uint8 buffer allocated from (names, dtypes,
+    shapes) by FlattenedTensorBucket.empty; otherwise one broadcast per tensor. The received tensors
+    come back to this object's model. Refusals carry the scheduler's messages: outside a session,
+    a group never initialised ("Group ... not in [...]. Please call `init_weights_update_group`
+    first."), a bad dtype name, a shape the parameter does not have ("Attempted to load weight ...").
+    Stricter than SGLang: a name the model does not have is refused (SGLang's Qwen2 load_weights skips
+    it silently, so a misnamed weight would never load there); a sender that broadcasts more bytes
+    than announced crashes the gloo receive, as the scheduler would die or hang on NCCL.
 
     out = engine.generate(input_ids=[[...], ...], sampling_params={...}, return_logprob=True)
     out[i] == {"output_ids": [...], "meta_info": {"id", "finish_reason": {"type": "stop",
@@ -38,6 +51,9 @@ order; `bytes_received` and `update_calls` count what arrives (benchmarks/weight
 
 from __future__ import annotations
 
+import datetime
+import multiprocessing as mp
+import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +78,10 @@ class FlattenedTensorMetadata:
 
 
 class FlattenedTensorBucket:
-    """Named tensors of one dtype packed into one 1-D tensor, plus the metadata to unpack them."""
+    """Named tensors packed byte by byte into one 1-D uint8 tensor, plus the metadata to unpack them
+    (sglang 0.5.23 weight_sync/tensor_bucket.py: multi-dtype, offsets and sizes in bytes)."""
+
+    supports_multi_dtypes = True
 
     def __init__(
         self,
@@ -73,18 +92,38 @@ class FlattenedTensorBucket:
         if named_tensors is not None:
             if not named_tensors:
                 raise ValueError("Cannot create empty tensor bucket")
-            self.metadata, start = [], 0
+            self.metadata, start, parts = [], 0, []
             for name, tensor in named_tensors:
-                n = tensor.numel()
+                flat = tensor.flatten().view(torch.uint8)
+                n = flat.numel()
                 self.metadata.append(
                     FlattenedTensorMetadata(name, tensor.shape, tensor.dtype, start, start + n, n)
                 )
+                parts.append(flat)
                 start += n
-            self.flattened_tensor = torch.cat([t.reshape(-1) for _, t in named_tensors])
+            self.flattened_tensor = torch.cat(parts)
         else:
             if flattened_tensor is None or metadata is None:
                 raise ValueError("Must provide either named_tensors or both flattened_tensor and metadata")
             self.flattened_tensor, self.metadata = flattened_tensor, metadata
+
+    @classmethod
+    def empty(cls, names, dtypes, shapes, device) -> FlattenedTensorBucket:
+        """A receive bucket for (names, dtypes, shapes), as 0.5.23 allocates before the broadcast."""
+        metadata, offset = [], 0
+        for name, dtype, shape in zip(names, dtypes, shapes, strict=True):
+            dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
+            shape = torch.Size(shape)
+            if any(dim < 0 for dim in shape):
+                raise ValueError(f"Negative dimension in received tensor {name}: {shape}")
+            if offset % dtype.itemsize:
+                raise ValueError(f"Unaligned received tensor {name}: byte offset {offset}, dtype {dtype}")
+            size = shape.numel() * dtype.itemsize
+            metadata.append(FlattenedTensorMetadata(name, shape, dtype, offset, offset + size, size))
+            offset += size
+        if not metadata:
+            raise ValueError("Cannot create empty tensor bucket")
+        return cls(flattened_tensor=torch.empty(offset, dtype=torch.uint8, device=device), metadata=metadata)
 
     def get_flattened_tensor(self) -> torch.Tensor:
         return self.flattened_tensor
@@ -94,7 +133,7 @@ class FlattenedTensorBucket:
 
     def reconstruct_tensors(self) -> list[tuple[str, torch.Tensor]]:
         return [
-            (m.name, self.flattened_tensor[m.start_idx : m.end_idx].reshape(m.shape).to(m.dtype))
+            (m.name, self.flattened_tensor[m.start_idx : m.end_idx].view(m.dtype).reshape(m.shape))
             for m in self.metadata
         ]
 
@@ -239,6 +278,7 @@ class FakeSGLangEngine:
         self.flush_calls = 0
         self._requests = 0
         self._alive = True
+        self._schedulers: list = []  # (process, connection) per engine TP rank, once a group is asked for
 
     # ------------------------------------------------------------------ generation
 
@@ -419,14 +459,114 @@ class FakeSGLangEngine:
                     continue  # SGLang's Qwen2 skips it too: lm_head shares embed_tokens
                 if name not in params:
                     raise ValueError(f"update_weights_from_tensor: unknown parameter {name!r}")
-                if params[name].shape != tensor.shape:
-                    raise ValueError(
-                        f"update_weights_from_tensor: {name} has shape {tuple(tensor.shape)}, "
-                        f"engine expects {tuple(params[name].shape)}"
+                if params[name].shape != tensor.shape:  # sglang's default_weight_loader assertion
+                    raise AssertionError(
+                        f"Attempted to load weight ({tensor.size()}) into parameter ({params[name].size()})"
                     )
                 params[name].copy_(tensor.float())
                 self.bytes_received += tensor.numel() * tensor.element_size()
         self.weights_stale = False
+
+    def init_weights_update_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        group_name: str,
+        backend: str = "nccl",
+    ) -> tuple[bool, str]:
+        self._log(
+            "init_weights_update_group", master_address=master_address, master_port=master_port,
+            rank_offset=rank_offset, world_size=world_size, group_name=group_name, backend=backend,
+        )  # fmt: skip
+        self._check_alive("init_weights_update_group")
+        if group_name == "":
+            raise AssertionError("Group name cannot be empty")
+        if backend != "gloo":  # on CPU only gloo exists: an NCCL group would fail in every scheduler
+            return False, f"Failed to initialize custom process group: backend {backend!r} needs GPUs."
+        args = dict(master_address=master_address, master_port=master_port, rank_offset=rank_offset,
+                    world_size=world_size, group_name=group_name)  # fmt: skip
+        return _merge(self._ask_schedulers("init", args))
+
+    def destroy_weights_update_group(self, group_name: str) -> tuple[bool, str]:
+        self._log("destroy_weights_update_group", group_name=group_name)
+        self._check_alive("destroy_weights_update_group")
+        if not self._schedulers:
+            return False, "The group to be destroyed does not exist."
+        return _merge(self._ask_schedulers("destroy", {"group_name": group_name}))
+
+    def update_weights_from_distributed(
+        self,
+        names: list[str],
+        dtypes: list[str],
+        shapes: list[list[int]],
+        group_name: str = "weight_update_group",
+        flush_cache: bool = True,
+        load_format: str | None = None,
+    ) -> tuple[bool, str]:
+        self._log(
+            "update_weights_from_distributed", names=names, dtypes=dtypes, shapes=shapes,
+            group_name=group_name, flush_cache=flush_cache, load_format=load_format,
+        )  # fmt: skip
+        self._check_alive("update_weights_from_distributed")
+        if self.weight_update_session and not self.session_open:
+            return False, _SESSION_MESSAGE.replace(
+                "update_weights_from_tensor", "update_weights_from_distributed"
+            )
+        if "weights" in self.offload_tags:
+            raise RuntimeError("update_weights_from_distributed while the weights are released")
+        args = dict(names=names, dtypes=dtypes, shapes=shapes, group_name=group_name, load_format=load_format)
+        replies = (
+            self._ask_schedulers("receive", args)
+            if self._schedulers
+            else [(False, _no_group(group_name, []))]
+        )
+        for ok, out in replies:
+            if not ok:
+                return False, f"Failed to receive weights: {out}"
+        tensors = replies[0][1]
+        for _, other in replies[1:]:  # every engine GPU got the same bytes
+            if not all(torch.equal(a, b) for (_, a), (_, b) in zip(tensors, other)):
+                raise AssertionError("engine TP ranks received different bytes from one broadcast")
+        try:
+            self._load_weights(tensors)
+        except Exception as exc:  # the model runner's message (weight_updater.load_weights_from_distributed)
+            return False, (
+                f"Failed to update parameter online: {exc}. The full weights of the ModelRunner are "
+                "partially updated. Please discard the whole weights."
+            )
+        self.update_calls += 1
+        if flush_cache:
+            self._flush()
+        return True, "Succeeded to update parameter online."
+
+    def _ask_schedulers(self, command: str, args: dict) -> list[tuple[bool, Any]]:
+        """One request to every scheduler process, their replies in TP order (SGLang's schedulers all
+        act on one request)."""
+        if not self._schedulers:
+            ctx = mp.get_context("spawn")
+            port = _free_port()
+            for tp_rank in range(self.tp_size):
+                here, there = ctx.Pipe()
+                proc = ctx.Process(
+                    target=_scheduler_process, args=(tp_rank, self.tp_size, port, there), daemon=True
+                )
+                proc.start()
+                self._schedulers.append((proc, here))
+        for _, conn in self._schedulers:
+            conn.send((command, args))
+        replies = []
+        for tp_rank, (proc, conn) in enumerate(self._schedulers):
+            try:
+                replies.append(conn.recv())
+            except EOFError:
+                self._alive = False  # SGLang's engine is gone with its scheduler
+                proc.join(5)
+                raise RuntimeError(
+                    f"the engine's scheduler (tp rank {tp_rank}) died during {command} (exit code {proc.exitcode})"
+                ) from None
+        return replies
 
     def get_weights_by_name(self, name: str, truncate_size: int = 100) -> list:
         self._log("get_weights_by_name", name=name)
@@ -469,6 +609,15 @@ class FakeSGLangEngine:
     def shutdown(self) -> None:
         self._log("shutdown")
         self._alive = False
+        for proc, conn in self._schedulers:
+            try:
+                conn.send(("stop", {}))
+            except OSError:
+                pass
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+        self._schedulers = []
 
     def _log(self, method: str, **kwargs: Any) -> None:
         self.calls.append((method, kwargs))
@@ -500,6 +649,98 @@ class FakeSGLangEngine0515(FakeSGLangEngine):
 
 
 FAKE_ENGINES = {SGLANG_VERSION: FakeSGLangEngine, "0.5.15.post1": FakeSGLangEngine0515}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _merge(replies: list[tuple[bool, Any]]) -> tuple[bool, str]:
+    """FanOutCommunicator.merge_results: success only if every scheduler succeeded."""
+    failed = [msg for ok, msg in replies if not ok]
+    return (False, failed[0]) if failed else (True, replies[0][1])
+
+
+def _no_group(group_name: str, groups: list[str]) -> str:
+    return f"Group {group_name} not in {groups}. Please call `init_weights_update_group` first."
+
+
+def _scheduler_process(tp_rank: int, tp_size: int, port: int, conn) -> None:
+    """One engine GPU's scheduler: its own default group (the engine's TP ranks), the update groups it
+    is asked to join, and the receives (sglang 0.5.23 model_runner_components/weight_updater.py)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=tp_rank, world_size=tp_size)
+    groups: dict[str, Any] = {}
+    while True:
+        command, args = conn.recv()
+        if command == "stop":
+            break
+        if command == "init":
+            conn.send(_join(groups, tp_rank, **args))
+        elif command == "destroy":
+            if args["group_name"] in groups:
+                dist.destroy_process_group(groups.pop(args["group_name"]))
+                conn.send((True, "Succeeded to destroy custom process group."))
+            else:
+                conn.send((False, "The group to be destroyed does not exist."))
+        elif command == "receive":
+            try:
+                conn.send((True, _receive(groups, **args)))
+            except Exception as exc:
+                conn.send((False, str(exc)))
+    for group in groups.values():
+        dist.destroy_process_group(group)
+    dist.destroy_process_group()
+
+
+def _join(groups, tp_rank, master_address, master_port, rank_offset, world_size, group_name):
+    """init_custom_process_group as SGLang does it: TCP rendezvous (group rank 0 hosts the store),
+    keys under the group name, a group apart from the default one, identity rank mapping."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world
+
+    try:
+        timeout = datetime.timedelta(minutes=5)
+        url = f"tcp://{master_address}:{master_port}"
+        store, rank, world = next(dist.rendezvous(url, rank_offset + tp_rank, world_size, timeout=timeout))
+        store.set_timeout(timeout)
+        group, _ = _new_process_group_helper(
+            world,
+            rank,
+            [],
+            Backend("gloo"),
+            PrefixStore(group_name, store),
+            group_name=group_name,
+            timeout=timeout,
+        )
+        _world.pg_group_ranks[group] = {i: i for i in range(world)}
+        groups[group_name] = group
+        return True, "Succeeded to initialize custom process group."
+    except Exception as exc:
+        return False, f"Failed to initialize custom process group: {exc}."
+
+
+def _receive(groups, names, dtypes, shapes, group_name, load_format):
+    import torch.distributed as dist
+
+    if group_name not in groups:
+        raise AssertionError(_no_group(group_name, list(groups)))
+    if load_format == "flattened_bucket":
+        bucket = FlattenedTensorBucket.empty(names, dtypes, shapes, "cpu")
+        dist.broadcast(bucket.get_flattened_tensor(), src=0, group=groups[group_name])
+        return [(n, t.clone()) for n, t in bucket.reconstruct_tensors()]
+    weights, handles = [], []
+    for name, dtype, shape in zip(names, dtypes, shapes):
+        dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
+        weight = torch.empty(shape, dtype=dtype)
+        handles.append(dist.broadcast(weight, src=0, group=groups[group_name], async_op=True))
+        weights.append((name, weight))
+    for handle in handles:
+        handle.wait()
+    return weights
 
 
 def _check_tags(tags: list[str] | None) -> list[str]:

@@ -165,6 +165,16 @@ class RolloutConfig:
     kernels, rollouts not reproducible). The embedded engine always honours the seed."""
     weight_bucket_mb: int = 512
     """Flattened bucket size for weight sync."""
+    weight_sync: str = "colocated"
+    """How trained weights reach an SGLang engine. 'colocated': update_weights_from_tensor (CUDA IPC;
+    the engine shares the training GPUs and sleeps while training runs). 'distributed':
+    update_weights_from_distributed, broadcast over a process group joined by the trainer and the
+    engine's GPUs (an engine on other GPUs: engine_base_gpu, or another node); rollout/weight_sync.py."""
+    weight_sync_backend: str = "nccl"
+    """Backend of the distributed weight-sync group: 'nccl' on GPUs, 'gloo' for CPU tests."""
+    engine_base_gpu: int | None = None
+    """weight_sync 'distributed': the engine's first GPU on its owner's node (GPUs apart from training);
+    None = the owner's own GPU (colocated placement)."""
     batch_size: int = 64
     """Prompts per generate call."""
 
@@ -236,6 +246,14 @@ class RLConfig:
         if self.loss.entropy_topk_frac is not None and not 0 < self.loss.entropy_topk_frac <= 1:
             raise ValueError(
                 f"rl.loss.entropy_topk_frac must be in (0, 1], got {self.loss.entropy_topk_frac}"
+            )
+        if self.rollout.weight_sync not in ("colocated", "distributed"):
+            raise ValueError(
+                f"rl.rollout.weight_sync must be 'colocated' or 'distributed', got {self.rollout.weight_sync!r}"
+            )
+        if self.rollout.weight_sync_backend not in ("nccl", "gloo"):
+            raise ValueError(
+                f"rl.rollout.weight_sync_backend must be 'nccl' or 'gloo', got {self.rollout.weight_sync_backend!r}"
             )
         if self.prompts_per_step < 1 or self.ppo_epochs < 1 or self.mini_batches < 1:
             raise ValueError("rl.prompts_per_step, rl.ppo_epochs and rl.mini_batches must be >= 1")

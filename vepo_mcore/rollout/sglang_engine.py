@@ -26,6 +26,12 @@ dtype packed into buckets of rl.rollout.weight_bucket_mb (`FlattenedTensorBucket
 per engine TP rank, KV cache flushed once at the end. bucket_bytes=0 pushes tensor by tensor
 (load_format=None), the baseline of benchmarks/weight_sync.py.
 
+With rl.rollout.weight_sync 'distributed' the engine sits on other GPUs (rl.rollout.engine_base_gpu,
+say the second half of a node): it is not released while training runs (sleep/wake do nothing), and
+weights arrive through `update_weights_from_distributed` over the update groups of
+rollout/weight_sync.py (`join_update_group` once, then one call per broadcast bucket, inside one
+weight-update session, KV cache flushed once at the end).
+
 Log-probs: SGLang reports log softmax(logits / temperature) unless SGLANG_RETURN_ORIGINAL_LOGPROB
 is set, which must stay unset (VEPO needs the tempered policy). When the engine's vocabulary has
 more rows than the real vocabulary, a logit_bias of -1e9 hides the padding ids, as training does.
@@ -116,9 +122,15 @@ class SGLangEngine:
         self.bucket_bytes = rollout.weight_bucket_mb << 20
         self.seed = cfg.training.seed
         self.deterministic = rollout.deterministic_inference
+        self.weight_sync = rollout.weight_sync
+        if self.weight_sync == "distributed":
+            self.weights_survive_sleep = True  # the engine keeps its GPUs: nothing is released
+        self.update_groups = None
+        """rollout/weight_sync.py's UpdateGroups, once the distributed update groups exist."""
         self.last_sync: dict[str, float] = {}
         self.released: set[str] = set()
-        colocated = model_path is None if colocated is None else colocated
+        if colocated is None:
+            colocated = model_path is None and self.weight_sync == "colocated"
         self._tmpdir = None
         load_format = engine_kwargs.pop("load_format", None)
         if model_path is None:
@@ -147,7 +159,9 @@ class SGLangEngine:
             )
             if load_format is not None:
                 kwargs["load_format"] = load_format
-            if torch.cuda.is_available():  # the engine's GPUs start at its owner rank's own GPU
+            if self.weight_sync == "distributed" and rollout.engine_base_gpu is not None:
+                kwargs["base_gpu_id"] = rollout.engine_base_gpu  # GPUs apart from training's
+            elif torch.cuda.is_available():  # the engine's GPUs start at its owner rank's own GPU
                 kwargs["base_gpu_id"] = torch.cuda.current_device()
             kwargs.update(engine_kwargs)
             self.engine = backend.engine_cls(**kwargs)
@@ -285,6 +299,66 @@ class SGLangEngine:
         stats["seconds"] = time.perf_counter() - start
         self.last_sync = stats
 
+    def join_update_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        group_name: str,
+        backend: str,
+    ) -> None:
+        """Owner only: the engine's GPUs join a weight-update group (blocks until every rank joined)."""
+        result = self.engine.init_weights_update_group(
+            master_address=master_address, master_port=master_port, rank_offset=rank_offset,
+            world_size=world_size, group_name=group_name, backend=backend,
+        )  # fmt: skip
+        _check_result(result, [group_name], what="init_weights_update_group")
+
+    def update_weights_from_distributed(self, buckets: Iterable[tuple[str, list, list, list]]) -> dict:
+        """Owner only: for each (group_name, names, dtypes, shapes) the engine receives one flattened
+        bucket broadcast by group rank 0 (the caller's sources broadcast meanwhile). One session,
+        one flush at the end, as update_weights."""
+        if not self.is_owner:
+            raise RuntimeError(
+                f"update_weights_from_distributed runs on the engine's owner rank {self.owner_rank}"
+            )
+        start = time.perf_counter()
+        stats = {"bytes": 0, "tensors": 0, "calls": 0}
+        session = hasattr(self.engine, "begin_weight_update")
+        if session:
+            _check_result(self.engine.begin_weight_update(), ["begin_weight_update"])
+        refused = None
+        try:
+            for group_name, names, dtypes, shapes in buckets:
+                result = self.engine.update_weights_from_distributed(
+                    names=names, dtypes=dtypes, shapes=shapes, group_name=group_name,
+                    flush_cache=False, load_format="flattened_bucket",
+                )  # fmt: skip
+                # SGLang receives a bucket before it loads it: after a refused load the next buckets
+                # are still taken off the wire, so the sources never wait on a broadcast nobody
+                # receives; the first refusal is raised once the stream is over.
+                try:
+                    _check_result(result, names, what="update_weights_from_distributed")
+                except RuntimeError as exc:
+                    refused = refused or exc
+                stats["bytes"] += sum(
+                    torch.Size(shape).numel() * getattr(torch, dtype).itemsize
+                    for dtype, shape in zip(dtypes, shapes)
+                )
+                stats["tensors"] += len(names)
+                stats["calls"] += 1
+        finally:  # a refused bucket must not leave the session open for the next sync
+            ended = self.engine.end_weight_update() if session else None
+        if refused is not None:
+            raise refused
+        if session:
+            _check_result(ended, ["end_weight_update"])
+        self.engine.flush_cache()
+        stats["seconds"] = time.perf_counter() - start
+        self.last_sync = stats
+        return dict(stats)
+
     def _push(self, named: list[tuple[str, torch.Tensor]], load_format: str | None, stats: dict) -> None:
         if load_format == "flattened_bucket":
             bucket = self.backend.bucket_cls(named_tensors=named)
@@ -311,6 +385,8 @@ class SGLangEngine:
     def sleep(self) -> None:
         """Collective over the engine's ranks: release all of the engine's memory and return once it is
         back, so nothing the caller allocates next races the release."""
+        if self.weight_sync == "distributed":
+            return  # on GPUs of its own: nothing to give back to training
         resident = [t for t in MEMORY_TAGS if t not in self.released]
         if self.is_owner and resident:
             self._wait_idle()
@@ -327,6 +403,8 @@ class SGLangEngine:
     def wake(self) -> None:
         """Collective: empty every rank's CUDA cache, then resume the weights only (the sync writes them;
         kv_cache and cuda_graph follow on the first generate)."""
+        if self.weight_sync == "distributed":
+            return
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         self._barrier()
@@ -353,6 +431,13 @@ class SGLangEngine:
             dist.barrier(group=self.group)
 
     def shutdown(self) -> None:
+        if self.update_groups is not None:  # both ends of the weight-update groups
+            if self.engine is not None:
+                for stage in sorted(self.update_groups.sources):
+                    self.engine.destroy_weights_update_group(group_name=self.update_groups.group_name(stage))
+            if self.update_groups.group is not None:
+                dist.destroy_process_group(self.update_groups.group)
+            self.update_groups = None
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None
@@ -438,8 +523,8 @@ def _parse_output(out: dict) -> tuple[list[int], list[float], str]:
     return ids, logprobs, kind if kind in ("stop", "length") else "abort"
 
 
-def _check_result(result: Any, names: list[str]) -> None:
-    """update_weights_from_tensor returns (success, message) (newer releases: an object or dict)."""
+def _check_result(result: Any, names: list[str], what: str = "weight update") -> None:
+    """SGLang's weight calls return (success, message) (newer releases: an object or dict)."""
     if isinstance(result, tuple):
         ok, message = result[0], result[1] if len(result) > 1 else ""
     elif isinstance(result, dict):
@@ -447,7 +532,7 @@ def _check_result(result: Any, names: list[str]) -> None:
     else:
         ok, message = getattr(result, "success", True), getattr(result, "message", "")
     if not ok:
-        raise RuntimeError(f"SGLang refused the weight update ({names[:3]}...): {message}")
+        raise RuntimeError(f"SGLang refused the {what} ({names[:3]}...): {message}")
 
 
 def write_config_dir(cfg, out_dir: str | os.PathLike) -> str:

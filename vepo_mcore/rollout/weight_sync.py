@@ -12,10 +12,34 @@ re-lays them out with checkpoint.mapping.megatron_to_hf_tensors (fused qkv -> q,
 gate, up; vocab rows cut or zero-padded to the engine's rows). The owner hands the stream to
 `engine.update_weights`, which buckets it, so peak extra memory is about one bucket plus one
 tensor, and every byte of the model reaches the engine once (benchmarks/weight_sync.py).
+
+An engine on other GPUs (rl.rollout.weight_sync: distributed) gets the weights as SGLang's
+`update_weights_from_distributed` takes them, and as slime sends them: over a process group
+(NCCL; gloo in the CPU tests) whose rank 0 is a trainer rank and whose other ranks are the
+engines' GPUs (`init_weights_update_group(master_address, master_port, rank_offset, world_size,
+group_name, backend)`). SGLang receives every bucket as `broadcast(src=0)` in the named group, one
+request at a time. So there is one group per pipeline stage, rank 0 being the stage's source (data-
+parallel rank 0, TP rank 0): a stage's parameters never leave their stage, the TP shards are
+gathered to the source, renamed and re-laid out to HF tensors, packed into byte buckets of one dtype
+(rl.rollout.weight_bucket_mb) and broadcast, while the engine's owner rank calls
+update_weights_from_distributed(names, dtypes, shapes, group_name, load_format="flattened_bucket")
+with the bucket's metadata (sent by the source over a gloo group). One broadcast feeds every engine.
+
+Why only data-parallel rank 0 sends (unlike the colocated path, where each replica gathers and sends
+its share; issue 23 asked for that here too): a source is group rank 0 of its own group, so sending
+from every replica needs a group per replica, each an NCCL communicator on every engine GPU (memory
+and start-up time there), for no bandwidth: the engine receives one broadcast at a time, so the
+engine's links bound the transfer whichever replica sends, and the gathers a replica would share are
+within its node (NVLink), small beside the network hop. The replicas hold identical weights after
+the optimizer step, so any one of them is the model.
 """
 
 from __future__ import annotations
 
+import datetime
+import queue
+import socket
+import threading
 from collections.abc import Iterator
 
 import torch
@@ -141,6 +165,8 @@ def sync_weights(engine, model, cfg, bucket_bytes: int | None = None) -> dict | 
     """
     if engine.shares_training_weights:
         return None
+    if getattr(engine, "weight_sync", "colocated") == "distributed":
+        return sync_weights_distributed(engine, model, cfg, bucket_bytes)
     result = None
     for owner in getattr(engine, "owner_ranks", [getattr(engine, "owner_rank", 0)]):
         # One pass per engine: each owner receives the whole model (its engine shards it itself).
@@ -151,4 +177,221 @@ def sync_weights(engine, model, cfg, bucket_bytes: int | None = None) -> dict | 
         else:
             for _ in stream:  # the others take part in the gathers and sends only
                 pass
+    return result
+
+
+# ---------------------------------------------------------------- update_weights_from_distributed
+
+GROUP_PREFIX = "vepo_weights_pp"
+"""Update-group names: GROUP_PREFIX + pipeline stage."""
+
+
+def init_update_group(
+    backend: str, master_address: str, master_port: int, rank: int, world_size: int, group_name: str
+) -> dist.ProcessGroup:
+    """Join a process group apart from the default one (trainer ranks and engine GPUs together).
+
+    The same rendezvous as SGLang's side (sglang.srt.utils.init_custom_process_group, which slime
+    mirrors): a TCP store at master_address:master_port hosted by group rank 0, keys under
+    `group_name`. torch.distributed.new_group only takes ranks of the default group, hence the
+    lower-level helper; the group is registered with identity rank mapping so torch.distributed's
+    collectives take it (`src=0` is the group's rank 0).
+    """
+    from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world
+
+    timeout = datetime.timedelta(minutes=30)
+    store, rank, world_size = next(
+        dist.rendezvous(f"tcp://{master_address}:{master_port}", rank, world_size, timeout=timeout)
+    )
+    store.set_timeout(timeout)
+    group, _ = _new_process_group_helper(
+        world_size, rank, [], Backend(backend), PrefixStore(group_name, store), group_name=group_name,
+        timeout=timeout,
+    )  # fmt: skip
+    _world.pg_group_ranks[group] = {i: i for i in range(world_size)}
+    return group
+
+
+def _host_address() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+class UpdateGroups:
+    """The per-stage update groups of one job and its engines (built once, collectively)."""
+
+    def __init__(self, engine, cfg):
+        from megatron.core import parallel_state as ps
+
+        rollout = cfg.rl.rollout
+        self.backend = rollout.weight_sync_backend
+        self.stage = ps.get_pipeline_model_parallel_rank()
+        self.is_source = (
+            ps.get_data_parallel_rank(with_context_parallel=True) == 0
+            and ps.get_tensor_model_parallel_rank() == 0
+        )
+        self.in_source_replica = ps.get_data_parallel_rank(with_context_parallel=True) == 0
+        rank = dist.get_rank()
+        # Bucket metadata goes from each source to each owner over gloo (whatever the training backend).
+        # No rank uses it from two threads: an owner's thread receives only from other sources, and a
+        # rank is both a source sending to others and an owner only with several engines, i.e. PP=1,
+        # where the one source is the first owner and takes the metadata in-process.
+        self.control = dist.new_group(backend="gloo")
+        address = (_host_address(), _free_port()) if self.is_source else None
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, (self.stage, rank, address) if self.is_source else None)
+        self.sources = {
+            stage: (r, addr) for stage, r, addr in filter(None, everyone)
+        }  # stage -> (rank, addr)
+        self.owners = list(engine.owner_ranks)
+        engine_tp = engine.engine_tp
+        world = 1 + len(self.owners) * engine_tp
+        self.group = None
+        joined = None
+        if engine.is_owner:  # the engine joins every stage's group; its call blocks until all joined
+            offset = 1 + self.owners.index(rank) * engine_tp
+            calls = [
+                (stage, *self.sources[stage][1], offset, world, self.group_name(stage))
+                for stage in sorted(self.sources)
+            ]
+            joined = _in_thread(lambda: [engine.join_update_group(*call[1:], self.backend) for call in calls])
+        if self.is_source:
+            host, port = self.sources[self.stage][1]
+            self.group = init_update_group(self.backend, host, port, 0, world, self.group_name(self.stage))
+        if joined is not None:
+            joined.result()
+        dist.barrier(group=self.control)
+
+    @staticmethod
+    def group_name(stage: int) -> str:
+        return f"{GROUP_PREFIX}{stage}"
+
+
+class _in_thread:
+    """Run fn in a thread (the engine's calls block until the other side acts); result() re-raises."""
+
+    def __init__(self, fn):
+        self._out: queue.Queue = queue.Queue(1)
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn) -> None:
+        try:
+            self._out.put((True, fn()))
+        except BaseException as exc:  # re-raised in the caller's thread
+            self._out.put((False, exc))
+
+    def result(self):
+        self._thread.join()
+        ok, value = self._out.get()
+        if not ok:
+            raise value
+        return value
+
+
+def stage_tensors(model, cfg) -> Iterator[tuple[str, torch.Tensor | None]]:
+    """(global megatron name, full tensor) of this pipeline stage's weights, on the stage's source
+    (data-parallel rank 0, TP rank 0); its TP peers take part in the gathers and get None; the other
+    replicas yield nothing. Tied output layers are skipped, as in full_megatron_tensors."""
+    from megatron.core import parallel_state as ps
+
+    from vepo_mcore.checkpoint.convert import layer_offset
+
+    model = _unwrap(model)
+    if ps.get_data_parallel_rank(with_context_parallel=True) != 0:
+        return
+    tp_size = ps.get_tensor_model_parallel_world_size()
+    tp_rank = ps.get_tensor_model_parallel_rank()
+    offset = layer_offset(model)
+    for name, param in model.named_parameters():
+        global_name = mapping.global_layer_name(name, offset)
+        if mapping.is_weightless(global_name):
+            continue
+        if global_name == "output_layer.weight" and cfg.model.tie_word_embeddings:
+            continue
+        yield global_name, _gather_tp(global_name, _plain(param), tp_size, tp_rank)
+
+
+def flatten_bucket(named: list[tuple[str, torch.Tensor]]) -> torch.Tensor:
+    """Tensors of one dtype -> their bytes end to end (uint8), the layout SGLang's receiving
+    FlattenedTensorBucket allocates from (names, dtypes, shapes) for load_format='flattened_bucket'."""
+    return torch.cat([t.detach().contiguous().reshape(-1).view(torch.uint8) for _, t in named])
+
+
+def bucket_metadata(named: list[tuple[str, torch.Tensor]]) -> tuple[list[str], list[str], list[list[int]]]:
+    """(names, dtypes as SGLang reads them with getattr(torch, dtype), shapes)."""
+    return (
+        [n for n, _ in named],
+        [str(t.dtype).removeprefix("torch.") for _, t in named],
+        [list(t.shape) for _, t in named],
+    )
+
+
+def sync_weights_distributed(engine, model, cfg, bucket_bytes: int | None = None) -> dict | None:
+    """Collective: broadcast the policy to the engines over the per-stage update groups.
+
+    Stage sources gather, convert and broadcast bucket by bucket; engine owners call the engine once
+    per bucket with its metadata; every other rank takes part in its stage's TP gathers only.
+    Returns the engine's stats on owners ({'bytes', 'tensors', 'calls', 'seconds'}), None elsewhere.
+    """
+    from vepo_mcore.rollout.sglang_engine import bucketize
+
+    groups = getattr(engine, "update_groups", None)
+    if groups is None:
+        groups = engine.update_groups = UpdateGroups(engine, cfg)
+    bucket_bytes = engine.bucket_bytes if bucket_bytes is None else bucket_bytes
+    if bucket_bytes <= 0:
+        raise ValueError("rl.rollout.weight_bucket_mb must be > 0 with weight_sync 'distributed'")
+    rank = dist.get_rank()
+    local = queue.Queue()  # metadata from this rank's own source role to its own owner role
+    receiving = None
+    if engine.is_owner:
+
+        def buckets():
+            for stage in sorted(groups.sources):
+                src = groups.sources[stage][0]
+                while True:
+                    if src == rank:
+                        meta = local.get()
+                    else:
+                        box = [None]
+                        dist.recv_object_list(box, src=src, group=groups.control)
+                        meta = box[0]
+                    if meta is None:
+                        break
+                    yield (groups.group_name(stage), *meta)
+
+        receiving = _in_thread(lambda: engine.update_weights_from_distributed(buckets()))
+
+    def tell_owners(meta) -> None:
+        for owner in groups.owners:
+            if owner == rank:
+                local.put(meta)
+            else:
+                dist.send_object_list([meta], dst=owner, group=groups.control)
+
+    try:
+        rows = getattr(engine, "engine_vocab_rows", None) or cfg.model.vocab_size
+        stream = stage_tensors(model, cfg)
+        if groups.is_source:
+            try:
+                hf = mapping.megatron_to_hf_tensors(stream, cfg.model, rows)
+                for bucket in bucketize(hf, bucket_bytes):
+                    tell_owners(bucket_metadata(bucket))
+                    dist.broadcast(flatten_bucket(bucket), src=0, group=groups.group)
+            finally:  # the end of this stage (also on an error: the owners stop waiting for it)
+                tell_owners(None)
+        else:
+            for _ in stream:  # TP peers of a source: the gathers only
+                pass
+    finally:
+        result = receiving.result() if receiving is not None else None
     return result
