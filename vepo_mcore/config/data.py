@@ -38,7 +38,8 @@ class DataConfig:
     """Train/valid/test split of each dataset in per-mille-style ratios."""
     cache_dir: str | None = None
     """Where megatron.core writes dataset index caches (None = next to the data). Used when
-    torch.distributed is initialised; a single process without it keeps the blend index in memory."""
+    torch.distributed is initialised; a single process without it keeps the blend index in memory.
+    SFT sources on disk: where the sample plans are cached (None = sft_plan_cache/ beside the first source)."""
     reset_position_ids: bool = False
     """CPT: restart position ids after every EOD (megatron GPTDatasetConfig.reset_position_ids)."""
     reset_attention_mask: bool = False
