@@ -156,3 +156,11 @@ def test_schedule_shape_is_one_row_of_all_tokens_under_thd(monkeypatch):
     cfg.data.sft_packing = False
     assert schedule_shape(cfg) == (100, 3)
     assert thd_token_multiple(True, 4, True) == 64 and thd_token_multiple(False, 4, False) == 1
+
+
+def test_thd_with_context_parallelism_is_refused_naming_the_setting():
+    batch, _ = _packed_batch()
+    model = RecordingGPT(None)
+    model.config.context_parallel_size = 2
+    with pytest.raises(ValueError, match="parallel.context_parallel_size"):
+        forward_step(iter([batch]), model)

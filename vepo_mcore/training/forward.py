@@ -86,6 +86,13 @@ def _packed_attention(batch: dict[str, torch.Tensor], model) -> tuple[dict[str, 
 
     if attention_takes_thd(model):
         config = get_attr_wrapped_model(model, "config")
+        if getattr(config, "context_parallel_size", 1) > 1:
+            # THD under CP needs each conversation padded to 2 x CP and split per rank (Megatron-LM's
+            # get_thd_batch_on_this_cp_rank with cu_seqlens_padded); not wired here.
+            raise ValueError(
+                "packed SFT on Transformer Engine with parallel.context_parallel_size > 1 is not supported; "
+                "use parallel.context_parallel_size=1 or data.sft_packing=false"
+            )
         multiple = thd_token_multiple(
             config.fp8 is not None, config.tensor_model_parallel_size, config.sequence_parallel
         )
