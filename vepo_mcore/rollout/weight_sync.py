@@ -76,6 +76,21 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _stage_weights(model, cfg) -> Iterator[tuple[str, torch.nn.Parameter]]:
+    """(global megatron name, local shard) of this stage's weights: no weightless entries, and no
+    tied output layer (the last stage's copy of the embedding)."""
+    from vepo_mcore.checkpoint.convert import layer_offset
+
+    offset = layer_offset(model)
+    for name, param in model.named_parameters():
+        global_name = mapping.global_layer_name(name, offset)
+        if mapping.is_weightless(global_name):
+            continue
+        if global_name == "output_layer.weight" and cfg.model.tie_word_embeddings:
+            continue
+        yield global_name, param
+
+
 def full_megatron_tensors(model, cfg, dst: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
     """(global megatron name, full tensor) for every weight, yielded on rank `dst` only.
 
@@ -83,8 +98,6 @@ def full_megatron_tensors(model, cfg, dst: int = 0) -> Iterator[tuple[str, torch
     (a copy of the embedding on the last stage) are skipped.
     """
     from megatron.core import parallel_state
-
-    from vepo_mcore.checkpoint.convert import layer_offset
 
     model = _unwrap(model)
     rank = dist.get_rank()
@@ -94,15 +107,7 @@ def full_megatron_tensors(model, cfg, dst: int = 0) -> Iterator[tuple[str, torch
     # Context-parallel ranks hold the full weights too: they count as replicas here.
     dp_rank = parallel_state.get_data_parallel_rank(with_context_parallel=True)
     dp_size = parallel_state.get_data_parallel_world_size(with_context_parallel=True)
-    offset = layer_offset(model)
-    local = []
-    for name, param in model.named_parameters():
-        global_name = mapping.global_layer_name(name, offset)
-        if mapping.is_weightless(global_name):
-            continue
-        if global_name == "output_layer.weight" and cfg.model.tie_word_embeddings:
-            continue
-        local.append((global_name, param))
+    local = list(_stage_weights(model, cfg))
     # Sources (TP rank 0 of every stage of every replica) announce what they hold, in which shapes.
     announce = None
     if tp_rank == 0:
@@ -303,20 +308,12 @@ def stage_tensors(model, cfg) -> Iterator[tuple[str, torch.Tensor | None]]:
     replicas yield nothing. Tied output layers are skipped, as in full_megatron_tensors."""
     from megatron.core import parallel_state as ps
 
-    from vepo_mcore.checkpoint.convert import layer_offset
-
     model = _unwrap(model)
     if ps.get_data_parallel_rank(with_context_parallel=True) != 0:
         return
     tp_size = ps.get_tensor_model_parallel_world_size()
     tp_rank = ps.get_tensor_model_parallel_rank()
-    offset = layer_offset(model)
-    for name, param in model.named_parameters():
-        global_name = mapping.global_layer_name(name, offset)
-        if mapping.is_weightless(global_name):
-            continue
-        if global_name == "output_layer.weight" and cfg.model.tie_word_embeddings:
-            continue
+    for global_name, param in _stage_weights(model, cfg):
         yield global_name, _gather_tp(global_name, _plain(param), tp_size, tp_rank)
 
 
