@@ -105,7 +105,7 @@ def child(paths: dict[str, str], n: int, cache_dir: str, repeats: int) -> dict:
 
     from vepo_mcore.config.data import SFTPhaseConfig
     from vepo_mcore.config.job import JobConfig
-    from vepo_mcore.data.sft import build_sft_splits
+    from vepo_mcore.data.sft_splits import build_sft_splits
     from vepo_mcore.tokenizer import load_tokenizer
 
     load_tokenizer()

@@ -14,7 +14,6 @@ from vepo_mcore.config.data import SFTPhaseConfig
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.data.sft import (
     block_causal_mask,
-    build_sft_datasets,
     cu_seqlens,
     mixture_order,
     pack_conversations,
@@ -23,6 +22,7 @@ from vepo_mcore.data.sft import (
     tokenize_conversations,
 )
 from vepo_mcore.data.sft_build import SOURCES, build_flores_sft_set, default_sft_phases
+from vepo_mcore.data.sft_splits import build_sft_datasets
 from vepo_mcore.languages import EXPANDED_LANGS, LANGS, language, load_flores
 from vepo_mcore.tokenizer import load_tokenizer
 

@@ -15,7 +15,7 @@ import torch
 
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.data.indexed import read_documents
-from vepo_mcore.data.sft import build_sft_splits, read_conversations, tokenize_conversations
+from vepo_mcore.data.sft import read_conversations, tokenize_conversations
 from vepo_mcore.data.sft_build import build_flores_sft_set, default_sft_phases
 from vepo_mcore.data.sft_indexed import (
     IndexedSFTSource,
@@ -25,6 +25,7 @@ from vepo_mcore.data.sft_indexed import (
     sft_files,
     spans_mask,
 )
+from vepo_mcore.data.sft_splits import build_sft_splits
 from vepo_mcore.tokenizer import load_tokenizer
 from vepo_mcore.training.sampler import micro_batches
 

@@ -30,7 +30,7 @@ def build_datasets(cfg: JobConfig, train_samples: int, valid_samples: int = 0):
 
         return build_cpt_datasets(cfg, train_samples, valid_samples)
     if cfg.data.mode == "sft":
-        from vepo_mcore.data.sft import build_sft_splits
+        from vepo_mcore.data.sft_splits import build_sft_splits
 
         return build_sft_splits(cfg)
     raise ValueError(f"unknown data.mode {cfg.data.mode!r}; known: cpt, sft")

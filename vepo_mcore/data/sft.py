@@ -1,6 +1,6 @@
 """SFT data: ChatML conversations -> token ids with an assistant-only loss mask, packed or padded, in curriculum phases.
 
-    curriculum, valid = build_sft_splits(cfg)     # map-style: phase 1 samples, then phase 2, ...
+    curriculum, valid = build_sft_splits(cfg)     # data/sft_splits.py; map-style: phase 1 samples, then phase 2, ...
     sample = curriculum[i]   # tokens, labels, loss_mask, position_ids, segment_ids [s] (+ attention_mask [1, s, s])
     curriculum.phase_of(i)   # -> (phase index, phase name) for logs
 
@@ -400,31 +400,13 @@ class SFTCurriculum(torch.utils.data.Dataset):
         return self.phases[k][idx - start]
 
 
-def build_sft_datasets(cfg: JobConfig) -> SFTCurriculum:
-    """The training curriculum of cfg.data.sft_phases (see build_sft_splits)."""
-    return build_sft_splits(cfg)[0]
-
-
-def build_sft_splits(cfg: JobConfig) -> tuple[SFTCurriculum, torch.utils.data.Dataset | None]:
-    """(curriculum, validation set or None) of cfg.data.sft_phases at cfg.training.seq_length, the same
-    on every rank.
-
-    Sources given as `.jsonl` files are tokenised in memory here; sources given as indexed prefixes
-    (tools/preprocess_sft.py's output) are read memory-mapped (data/sft_indexed.py). A run uses one
-    kind. data.sft_valid_fraction > 0 holds out that share of every distinct source file: the
-    validation set is those conversations, packed like training.
+def build_memory_sft(cfg: JobConfig) -> tuple[SFTCurriculum, torch.utils.data.Dataset | None]:
+    """(curriculum, validation set or None) of cfg.data.sft_phases whose sources are `.jsonl` files,
+    tokenised in memory, at cfg.training.seq_length, the same on every rank (data/sft_splits.py
+    chooses between this and the on-disk path). data.sft_valid_fraction > 0 holds out that share of
+    every distinct source file: the validation set is those conversations, packed like training.
     """
     paths = [path for phase in cfg.data.sft_phases for path in phase.paths.values()]
-    on_disk = [not is_jsonl(path) for path in paths]
-    if any(on_disk):
-        if not all(on_disk):
-            raise ValueError(
-                "data.sft_phases mixes .jsonl files and indexed prefixes; preprocess the jsonl sources with "
-                "tools/preprocess_sft.py and give their prefixes"
-            )
-        from vepo_mcore.data.sft_indexed import build_indexed_sft
-
-        return build_indexed_sft(cfg)
     tok = load_tokenizer(cfg.tokenizer.path)
     d = cfg.data
     phases = [

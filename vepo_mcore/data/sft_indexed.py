@@ -375,7 +375,7 @@ def _lengths(sources: list[IndexedSFTSource], source_of: np.ndarray, item_of: np
 
 
 def build_indexed_sft(cfg: JobConfig) -> tuple[SFTCurriculum, IndexedSFTDataset | None]:
-    """sft.build_sft_splits for sources that are SFT output prefixes: the same phases, draws,
+    """sft.build_memory_sft for sources that are SFT output prefixes: the same phases, draws,
     validation split and packing, read from disk."""
     d, t = cfg.data, cfg.training
     tok = load_tokenizer(cfg.tokenizer.path)

@@ -286,7 +286,7 @@ def default_datasets(cfg: JobConfig) -> tuple[Sequence[dict], Sequence[dict] | N
     t = cfg.training
     tokenizer_dir = cfg.tokenizer.path or str(default_tokenizer_dir())
     if cfg.data.mode == "sft":
-        from vepo_mcore.data.sft import build_sft_splits
+        from vepo_mcore.data.sft_splits import build_sft_splits
 
         return *build_sft_splits(cfg), tokenizer_dir
     if cfg.data.mode != "cpt":
