@@ -402,28 +402,37 @@ def second_writer(spec: TrainerSpec, save: Path, report: FaultReport, timeout: f
 
     from vepo_mcore.parallel.init import free_port
 
-    # Two different rendezvous ports: a port the first run listens on was seen handed out again as
-    # "free" to the second (EADDRINUSE, not a refusal).
-    ports = [free_port()]
-    while len(ports) < 2:
-        ports += [p for p in [free_port()] if p != ports[0]]
-    runs = [launch(spec, save, save.parent / f"{save.name}_writer1.log", ports[0])]
+    first_port = free_port()
+    runs = [launch(spec, save, save.parent / f"{save.name}_writer1.log", first_port)]
     # The second starts once the first holds the folder: a real second launch.
     start = time.monotonic()
     while not (save / "writer.lock").is_file() and runs[0].proc.poll() is None:
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"the first writer took no lock on {save} within {timeout} s")
         time.sleep(0.05)
-    runs.append(launch(spec, save, save.parent / f"{save.name}_writer2.log", ports[1]))
-    pids: list[set[int]] = [{r.proc.pid} for r in runs]
-    start = time.monotonic()
-    while any(r.proc.poll() is None for r in runs) and time.monotonic() - start < timeout:
-        for r, seen in zip(runs, pids):  # torchrun's workers: rank 0 is a child of the session leader
-            try:
-                seen.update(c.pid for c in psutil.Process(r.proc.pid).children(recursive=True))
-            except psutil.NoSuchProcess:
-                pass
-        time.sleep(0.05)
+    pids: list[set[int]] = [{runs[0].proc.pid}]
+    # Its rendezvous port is picked just before it starts, and it starts again if the port was taken
+    # meanwhile (EADDRINUSE: the first run's gloo connections take ephemeral ports; not a refusal).
+    for attempt in range(3):
+        port = next(p for p in iter(free_port, None) if p != first_port)
+        second = launch(spec, save, save.parent / f"{save.name}_writer2_{attempt}.log", port)
+        pids[1:] = [{second.proc.pid}]
+        start = time.monotonic()
+        while any(r.proc.poll() is None for r in (runs[0], second)) and time.monotonic() - start < timeout:
+            for r, seen in zip(
+                (runs[0], second), pids
+            ):  # torchrun's workers: rank 0 is a child of the leader
+                try:
+                    seen.update(c.pid for c in psutil.Process(r.proc.pid).children(recursive=True))
+                except psutil.NoSuchProcess:
+                    pass
+            if second.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        second.proc.wait(timeout=timeout)
+        if "EADDRINUSE" not in second.text() or runs[0].proc.poll() is not None:
+            break
+    runs.append(second)
     codes = [r.proc.wait(timeout=timeout) for r in runs]
     report.second_writer_tried += 1
     refused = [i for i, rc in enumerate(codes) if rc != 0]
