@@ -68,8 +68,8 @@ def _adam_state_helpers(rank, world, out: str) -> None:
     from tests.dist.model_utils import tiny_cfg
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.training.checkpointing import _init_empty_adam_state, _torch_adams
-    from vepo_mcore.training.optimizer import build_optimizer, wrap_model
+    from vepo_mcore.training.checkpointing import _init_empty_adam_state
+    from vepo_mcore.training.optimizer import build_optimizer, torch_adams, wrap_model
 
     cfg = tiny_cfg(num_layers=1)
     init_model_parallel(cfg.parallel, seed=3)
@@ -79,14 +79,15 @@ def _adam_state_helpers(rank, world, out: str) -> None:
     )
     _init_empty_adam_state(adam)
     _init_empty_adam_state(sgd)
-    (inner_adam,) = _torch_adams(adam)
+    (inner_adam,) = torch_adams(adam)
     states = list(inner_adam.state.values())
     result = {
-        "adam_found": len(_torch_adams(adam)),
+        "adam_found": len(torch_adams(adam)),
         "adam_steps": sorted({float(s["step"]) for s in states}),
+        "adam_fused": [g["fused"] for g in inner_adam.param_groups],
         "adam_params_with_state": len(states),
         "adam_params": sum(len(g["params"]) for g in inner_adam.param_groups),
-        "sgd_found": len(_torch_adams(sgd)),
+        "sgd_found": len(torch_adams(sgd)),
         "sgd_states": sum(
             len(s) for o in getattr(sgd, "chained_optimizers", [sgd]) for s in o.optimizer.state.values()
         ),
@@ -101,6 +102,7 @@ def test_empty_adam_state_touches_only_torch_adam(tmp_path):
     run_processes(_adam_state_helpers, 1, args=(str(tmp_path / "out.json"),))
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["adam_found"] == 1 and result["adam_steps"] == [0.0]
+    assert result["adam_fused"] and all(result["adam_fused"])  # build_optimizer's fuse_torch_adam
     assert result["adam_params_with_state"] == result["adam_params"] > 0
     assert result["sgd_found"] == 0 and result["sgd_states"] == 0
 

@@ -72,7 +72,7 @@ import torch.distributed as dist
 
 from vepo_mcore.config import JobConfig, load_config
 from vepo_mcore.config.base import apply_overrides
-from vepo_mcore.training.optimizer import unwrap
+from vepo_mcore.training.optimizer import adam_step_tensor, torch_adams, unwrap
 from vepo_mcore.training.state_dict import load_model_state
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -617,11 +617,11 @@ def _init_empty_adam_state(optimizer) -> None:
     of a never-stepped optimizer fails. Loading overwrites all of these values. Only torch's
     Adam/AdamW (what megatron uses without TE or apex) keeps a per-parameter step.
     """
-    for torch_opt in _torch_adams(optimizer):
+    for torch_opt in torch_adams(optimizer):
         for group in torch_opt.param_groups:
             for p in group["params"]:
                 if len(torch_opt.state[p]) == 0:
-                    torch_opt.state[p]["step"] = torch.tensor(0.0)
+                    torch_opt.state[p]["step"] = adam_step_tensor(group, p, 0.0)
                     torch_opt.state[p]["exp_avg"] = torch.zeros_like(p.data)
                     torch_opt.state[p]["exp_avg_sq"] = torch.zeros_like(p.data)
 
@@ -633,24 +633,13 @@ def _fix_adam_steps(optimizer) -> None:
     shared step tensor into every parameter's state, and the dp_reshardable loader then
     overwrites it with a wrong value: torch Adam's bias correction would be off after resume.
     """
-    for torch_opt in _torch_adams(optimizer):
+    for torch_opt in torch_adams(optimizer):
         for group in torch_opt.param_groups:
             if group.get("step") is None:
                 continue
             for p in group["params"]:
                 if "step" in torch_opt.state[p]:
-                    torch_opt.state[p]["step"] = torch.tensor(float(group["step"]))
-
-
-def _torch_adams(optimizer) -> list[torch.optim.Optimizer]:
-    """The torch.optim Adam/AdamW instances inside megatron's (chained) optimizer wrapper.
-
-    On GPU megatron uses Transformer Engine's (or apex's) FusedAdam instead, which keeps its step in
-    the param groups: a per-parameter 'step' entry there makes FusedAdam.state_dict() raise KeyError.
-    """
-    inner = getattr(optimizer, "chained_optimizers", [optimizer])
-    found = (getattr(o, "optimizer", None) for o in inner)
-    return [o for o in found if isinstance(o, (torch.optim.Adam, torch.optim.AdamW))]
+                    torch_opt.state[p]["step"] = adam_step_tensor(group, p, float(group["step"]))
 
 
 def _is_distributed(optimizer) -> bool:

@@ -59,7 +59,9 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 def build_optimizer(model: torch.nn.Module, cfg: JobConfig):
     """megatron.core Adam with decoupled weight decay (none on norms and biases), global-norm clipping,
-    fp32 master weights under bf16, and ZeRO-1 sharding when use_distributed_optimizer is set."""
+    fp32 master weights under bf16, and ZeRO-1 sharding when use_distributed_optimizer is set.
+    Where megatron falls back to torch's AdamW (no TE or Apex: always on CPU), its fused kernel is
+    switched on (see fuse_torch_adam)."""
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
     o = cfg.training.optimizer
@@ -77,7 +79,51 @@ def build_optimizer(model: torch.nn.Module, cfg: JobConfig):
         use_distributed_optimizer=o.use_distributed_optimizer,
     )
     with _cpu_params_pass_cuda_type_checks():
-        return get_megatron_optimizer(config, [model])
+        optimizer = get_megatron_optimizer(config, [model])
+    fuse_torch_adam(optimizer)
+    return optimizer
+
+
+def torch_adams(optimizer) -> list[torch.optim.Optimizer]:
+    """The torch.optim Adam/AdamW instances inside megatron's (chained) optimizer wrapper.
+
+    On GPU megatron uses Transformer Engine's (or apex's) FusedAdam instead, which keeps its step in
+    the param groups: a per-parameter 'step' entry there makes FusedAdam.state_dict() raise KeyError.
+    """
+    inner = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    found = (getattr(o, "optimizer", None) for o in inner)
+    return [o for o in found if isinstance(o, (torch.optim.Adam, torch.optim.AdamW))]
+
+
+def fuse_torch_adam(optimizer) -> int:
+    """Run every torch.optim.Adam/AdamW inside a megatron optimizer with fused=True; returns how many.
+
+    megatron.core builds torch's AdamW when neither Transformer Engine nor Apex is installed, with
+    torch's default for-loop implementation, one kernel per parameter and operation: on 2 CPU cores
+    ~150 ms a step for the toy's 42M parameters, against ~14 ms for torch's fused CPU/CUDA kernel
+    (the same update, fp32 rounding aside). TE's and Apex's FusedAdam are left as they are. A
+    checkpoint keeps its param_groups: one written before this loads unfused (the same math)."""
+    fused = 0
+    for torch_opt in torch_adams(optimizer):
+        params = [p for group in torch_opt.param_groups for p in group["params"]]
+        if any(g.get("differentiable") for g in torch_opt.param_groups) or not all(
+            p.dtype in (torch.float32, torch.float16, torch.bfloat16) and p.device.type in ("cpu", "cuda")
+            for p in params
+        ):
+            continue
+        for group in torch_opt.param_groups:
+            group["fused"], group["foreach"] = True, False
+        torch_opt.defaults["fused"], torch_opt.defaults["foreach"] = True, False
+        fused += 1
+    return fused
+
+
+def adam_step_tensor(group: dict, param: torch.Tensor, value: float) -> torch.Tensor:
+    """A torch Adam per-parameter 'step' as its implementation keeps it: a float32 scalar on the
+    parameter's device for the fused kernel, a CPU scalar otherwise."""
+    if group.get("fused") or group.get("capturable"):
+        return torch.tensor(value, dtype=torch.float32, device=param.device)
+    return torch.tensor(value)
 
 
 @contextlib.contextmanager
