@@ -303,7 +303,9 @@ class _OutputLayerLogprobs(torch.autograd.Function):
                 return (*grads, *nones)
         n, cdt, dev = hidden.shape[0], compute_dtype(weight.dtype), hidden.device
         grad_hidden = torch.zeros_like(hidden)
-        grad_weight = torch.zeros_like(weight)
+        low = weight.dtype != cdt  # bf16/fp16 GEMMs: the gradient chunk is cast, dweight summed in fp32
+        # under bf16/fp16 dweight is cast from the fp32 sum after the loop: never held beside it
+        grad_weight = None if low and valid and n else torch.zeros_like(weight)
         if valid == 0 or n == 0:
             return (grad_hidden, grad_weight, *nones)
         grad_logp = torch.zeros(n, dtype=cdt, device=dev) if grad_logp is None else grad_logp.to(cdt)
@@ -317,7 +319,6 @@ class _OutputLayerLogprobs(torch.autograd.Function):
         l_buf = torch.empty(rows, valid, dtype=weight.dtype, device=dev)
         z_buf = l_buf if weight.dtype == cdt else torch.empty(rows, valid, dtype=cdt, device=dev)
         g_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
-        low = weight.dtype != cdt  # bf16/fp16 GEMMs: the gradient chunk is cast, dweight summed in fp32
         if low:
             dw_acc = torch.zeros(valid, weight.shape[1], dtype=cdt, device=dev)
             dw_part = torch.empty(valid, weight.shape[1], dtype=weight.dtype, device=dev)
@@ -339,6 +340,8 @@ class _OutputLayerLogprobs(torch.autograd.Function):
             else:
                 grad_weight[:valid].addmm_(g.t(), h)
         if low:
+            del dw_part, l_buf, z_buf, g_buf, src, g  # views of the buffers
+            grad_weight = torch.zeros_like(weight)
             grad_weight[:valid] = dw_acc
         return (grad_hidden, grad_weight, *nones)
 
@@ -352,7 +355,8 @@ class _EarlyGradients:
     no logits are recomputed (3 output-layer GEMMs per step instead of 4). Backward checks that the
     gradient it receives is the expected one times a scalar s and returns s times these; any other
     gradient (a different loss, the entropy) falls back to recomputing the chunks.
-    Memory: dL/dhidden [N, h] and one weight-sized dL/dweight, held from forward to backward.
+    Memory held from forward to backward: dL/dhidden [N, h] and dL/dweight, weight-sized, in fp32
+    (+ one bf16 GEMM output) under bf16/fp16 weights: 6 bytes a weight element there, 4 in fp32.
     """
 
     def __init__(self, expected_grad, temperature, hidden, weight, valid):
@@ -360,15 +364,17 @@ class _EarlyGradients:
         self.expected = expected_grad.to(cdt)
         self.coef = self.expected / temperature  # d/dlogits = d/dz / tau
         self.grad_hidden = torch.zeros_like(hidden)
-        # the first chunk writes its rows (no zero fill + read of a weight-sized tensor); padding rows 0
-        self.grad_weight = torch.empty_like(weight)
-        self.grad_weight[valid:] = 0
         self.first = True
         self.low = weight.dtype != cdt
+        self.weight, self.valid = weight, valid
         if self.low:  # bf16/fp16 GEMMs as the output layer's, dweight summed over chunks in fp32
             self.dw_acc = torch.zeros(valid, weight.shape[1], dtype=cdt, device=weight.device)
             self.dw_part = torch.empty(valid, weight.shape[1], dtype=weight.dtype, device=weight.device)
-        self.valid = valid
+            self.grad_weight = None  # cast from dw_acc in scaled(): not held beside it through forward
+        else:
+            # the first chunk writes its rows (no zero fill + read of a weight-sized tensor); padding rows 0
+            self.grad_weight = torch.empty_like(weight)
+            self.grad_weight[valid:] = 0
 
     def add_chunk(self, sl, e_buf, log_sum, h, w, l_buf, targets, in_shard):
         """e_buf[:c] = exp((z - max) / tau) of the chunk (overwritten), log_sum [c] float64."""
@@ -403,8 +409,10 @@ class _EarlyGradients:
         if not torch.allclose(grad_logp, s * self.expected, rtol=1e-6, atol=0):
             return None
         if self.low:
+            self.dw_part = None
+            self.grad_weight = torch.zeros_like(self.weight)
             self.grad_weight[: self.valid] = self.dw_acc
-            self.dw_acc = self.dw_part = None
+            self.dw_acc = None
         if s.item() == 1.0:  # megatron seeds backward with 1 unless it scales the loss
             return self.grad_hidden, self.grad_weight
         return self.grad_hidden.mul_(s.to(self.grad_hidden.dtype)), self.grad_weight.mul_(

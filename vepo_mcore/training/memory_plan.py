@@ -20,12 +20,13 @@ output layer weighs more), printed in GiB (2**30). The accounting:
   off (p = 0 stores no mask); flash attention (Transformer Engine, the GPU spec) stores no [s, s]
   scores. Sequence parallelism splits every term over TP; without it the norms' inputs, the
   linear layers' inputs and the dropout masks stay whole. The first stage holds min(PP, micro-
-  batches) micro-batches in flight under 1F1B (x (1 + (PP-1) / (PP V)) interleaved); CP splits
-  the tokens. Full recompute keeps each layer's input plus one layer rebuilt in backward.
-- output layer: the final norm's input and output and the logits of the positions a loss reads:
-  [tokens, V_pad / TP] bf16 plus megatron's fp32 cross-entropy copy (CPT/SFT), or bf16 plus its
-  gradient beside rl.logprobs' two 32 MiB chunk buffers (RL, only the response positions unless
-  sequence parallelism computes all).
+  batches) micro-batches in flight under 1F1B; CP splits the tokens. Full recompute keeps each layer's input plus one layer rebuilt in backward.
+- output layer: the final norm's input and output, then for CPT/SFT (and RL with
+  rl.loss.chunked_output_layer) the chunked output layer + loss of models/output_loss.py: a few
+  chunk buffers and the output weight's gradient (fp32 sum + bf16 GEMM output, built in forward),
+  never [tokens, V]; for RL otherwise the logits of the positions a loss reads, [positions,
+  V_pad / TP] bf16 plus their gradient beside rl.logprobs' two 32 MiB chunk buffers (only the
+  response positions unless sequence parallelism computes all).
 - RL: the colocated SGLang engine takes mem_fraction_static of the memory free when it starts
   (sglang's profile_max_num_token: KV pool = free after its weights - (1 - f) x free at start),
   i.e. after the policy's weights, gradients and master weights and the reference are allocated,
@@ -44,8 +45,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
+
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.config.model import ModelConfig
+from vepo_mcore.models.output_loss import chunk_tokens
 from vepo_mcore.models.vocab import padded_vocab_size
 
 GIB = float(1 << 30)
@@ -151,13 +155,11 @@ def layer_activation_bytes(
     return per_token * tokens
 
 
-def in_flight_layers(num_layers: int, pp: int, vpp: int | None, microbatches: int) -> float:
+def in_flight_layers(num_layers: int, pp: int, microbatches: int) -> float:
     """Layers' worth of activations the first pipeline stage holds at its peak: its L / PP layers x
-    min(PP, micro-batches) under 1F1B, L x (1 + (PP - 1) / (PP V)) interleaved (Megatron-LM)."""
+    min(PP, micro-batches) under 1F1B (Megatron-LM; virtual stages are refused by ParallelConfig)."""
     if pp == 1:
         return float(num_layers)
-    if vpp:
-        return num_layers * (1 + (pp - 1) / (pp * vpp))
     return num_layers / pp * min(pp, microbatches)
 
 
@@ -348,23 +350,35 @@ def sequence_length(cfg: JobConfig, rl: bool) -> int:
 
 def _output_item(cfg: JobConfig, tokens: float, vocab: int, rl: bool) -> MemoryItem:
     """The last stage's output layer for one micro-batch of `tokens` on this rank: the final norm's
-    input and output (2 + 2 bytes x h a token, split over TP under sequence parallelism) and the
+    input and output (2 + 2 bytes x h a token, split over TP under sequence parallelism), then either
+    the chunked output layer + loss (CPT/SFT always, RL with rl.loss.chunked_output_layer) or the
     logits [positions, V_pad / TP] of the positions a loss reads (QwenGPTModel's output_mask; all of
-    them under sequence parallelism, and for CPT every position carries a loss)."""
+    them under sequence parallelism)."""
     m, p, t = cfg.model, cfg.parallel, cfg.training
     tp, cp, sp = p.tensor_model_parallel_size, p.context_parallel_size, p.sequence_parallel
     positions = tokens if (sp or not rl) else t.micro_batch_size * cfg.rl.rollout.sampling.max_new_tokens / cp
     norm = 4 * m.hidden_size * tokens / (tp if sp else 1)
-    shape = f"logits [{positions:,.0f}, {vocab // tp:,}]"
-    if rl:  # rl.logprobs: the bf16 logits, their gradient in backward, two work buffers
-        size, detail = (
-            norm + 4 * positions * vocab / tp + LOGPROB_WORK_BYTES,
-            f"{shape} bf16 + grad, 2 x 32 MiB",
+    shard = vocab // tp
+    setting = "training.micro_batch_size, parallel.tensor_model_parallel_size"
+    if not rl or cfg.rl.loss.chunked_output_layer:
+        # models/output_loss.py: per chunk of CHUNK_BYTES / (4 V_shard) tokens, the logits in the weight
+        # dtype, their fp32 shifted copy and exp (one fp32 buffer less in fp32); and the gradients,
+        # built in forward for CPT/SFT (in backward for RL): dhidden [positions, h] and dweight,
+        # summed in fp32 beside one GEMM output in the weight dtype (4 + 2 bytes, 4 in fp32).
+        low = t.bf16
+        wbytes = 2 if low else 4
+        rows = chunk_tokens(shard, torch.bfloat16 if low else torch.float32)
+        buffers = rows * shard * (wbytes + (4 if low else 0) + 4)
+        grads = (6 if low else 4) * shard * m.hidden_size + wbytes * positions * m.hidden_size
+        detail = (
+            f"chunked: {rows:,} x {shard:,} work buffers {buffers / GIB * 1024:.0f} MiB, "
+            f"dweight {'fp32 + bf16' if low else 'fp32'} {(6 if low else 4) * shard * m.hidden_size / GIB:.2f} GiB"
         )
-    else:  # megatron's vocab-parallel cross-entropy keeps an fp32 copy (its softmax) beside the bf16 logits
-        size, detail = norm + 6 * positions * vocab / tp, f"{shape} bf16 + fp32 (cross-entropy)"
-    return MemoryItem("output layer", size, detail, "training",
-                      "training.micro_batch_size, parallel.tensor_model_parallel_size")  # fmt: skip
+        return MemoryItem("output layer", norm + buffers + grads, detail, "training", setting)
+    # rl.logprobs: the bf16 logits, their gradient in backward, two work buffers
+    shape = f"logits [{positions:,.0f}, {shard:,}]"
+    size = norm + 4 * positions * shard + LOGPROB_WORK_BYTES
+    return MemoryItem("output layer", size, f"{shape} bf16 + grad, 2 x 32 MiB", "training", setting)
 
 
 def memory_plan(cfg: JobConfig, world_size: int, *, rl: bool = False, critic: bool = False) -> MemoryPlan:
@@ -418,7 +432,7 @@ def memory_plan(cfg: JobConfig, world_size: int, *, rl: bool = False, critic: bo
             cfg, layers_params
         )
         if stage == "first":
-            layers = in_flight_layers(m.num_layers, pp, p.virtual_pipeline_model_parallel_size, microbatches)
+            layers = in_flight_layers(m.num_layers, pp, microbatches)
             in_flight = layers / (m.num_layers / pp)
         else:
             layers, in_flight = m.num_layers / pp, 1.0
