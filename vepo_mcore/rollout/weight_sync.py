@@ -31,7 +31,9 @@ from every replica needs a group per replica, each an NCCL communicator on every
 and start-up time there), for no bandwidth: the engine receives one broadcast at a time, so the
 engine's links bound the transfer whichever replica sends, and the gathers a replica would share are
 within its node (NVLink), small beside the network hop. The replicas hold identical weights after
-the optimizer step, so any one of them is the model.
+the optimizer step, so any one of them is the model. slime does the same: one group per pipeline
+stage ("slime-pp_{pp_rank}"), and only its DP = TP = 0 rank broadcasts
+(slime/backends/megatron_utils/update_weight_utils.py, UpdateWeightFromDistributed).
 """
 
 from __future__ import annotations
