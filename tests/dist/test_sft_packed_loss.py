@@ -36,13 +36,7 @@ def _check(rank: int, world: int) -> None:
     encoded = [(rng.integers(0, VOCAB, n), rng.random(n) < 0.6) for n in LENGTHS]
     packed = pack_conversations(encoded, seq_length=32, pad_id=0)
     assert packed.tokens.shape == (2, 32) and (packed.segment_ids == -1).any()  # two rows, padding
-    batch = {
-        "tokens": torch.from_numpy(packed.tokens).long(),
-        "labels": torch.from_numpy(packed.labels).long(),
-        "loss_mask": torch.from_numpy(packed.loss_mask).float(),
-        "position_ids": torch.from_numpy(packed.position_ids).long(),
-        "segment_ids": torch.from_numpy(packed.segment_ids).long(),  # no dense mask: built from these
-    }
+    batch = packed.tensors()  # no dense mask: built from these
     with torch.no_grad():
         packed_loss, packed_sum, packed_count = _forward(model, dict(batch))
         alone_sum, alone_count = 0.0, 0

@@ -42,13 +42,7 @@ def test_thd_packed_losses_equal_each_conversation_alone(cleanup):
     rng = np.random.default_rng(0)
     encoded = [(rng.integers(0, VOCAB, n), np.ones(n, dtype=bool)) for n in (17, 25, 9, 30)]
     p = pack_conversations(encoded, seq_length=48, pad_id=0)
-    batch = {
-        "tokens": torch.from_numpy(p.tokens).long(),
-        "labels": torch.from_numpy(p.labels).long(),
-        "loss_mask": torch.from_numpy(p.loss_mask).float(),
-        "position_ids": torch.from_numpy(p.position_ids).long(),
-        "segment_ids": torch.from_numpy(p.segment_ids).long(),
-    }
+    batch = p.tensors()
     rows, seq = batch["tokens"].shape
     with torch.no_grad():
         packed, _ = forward_step(iter([batch]), model)  # [1, rows * seq]

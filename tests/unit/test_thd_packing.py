@@ -39,13 +39,7 @@ def _packed_batch() -> tuple[dict[str, torch.Tensor], list[int]]:
         for i in range(SEQ)
         if i == 0 or p.segment_ids[row, i] != p.segment_ids[row, i - 1]
     ]
-    batch = {
-        "tokens": torch.from_numpy(p.tokens).long(),
-        "labels": torch.from_numpy(p.labels).long(),
-        "loss_mask": torch.from_numpy(p.loss_mask).float(),
-        "position_ids": torch.from_numpy(p.position_ids).long(),
-        "segment_ids": torch.from_numpy(p.segment_ids).long(),
-    }
+    batch = p.tensors()
     return batch, starts
 
 

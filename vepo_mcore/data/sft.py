@@ -145,6 +145,15 @@ class Packed:
     truncated: int = 0
     """Conversations cut to seq_length + 1 tokens."""
 
+    def tensors(self, rows: int | slice = slice(None)) -> dict[str, torch.Tensor]:
+        """Samples `rows` as the training step takes them: int64 ids, float32 loss mask."""
+        sample = {
+            key: torch.from_numpy(getattr(self, key)[rows].astype(np.int64))
+            for key in ("tokens", "labels", "position_ids", "segment_ids")
+        }
+        sample["loss_mask"] = torch.from_numpy(self.loss_mask[rows].astype(np.float32))
+        return sample
+
 
 def pack_conversations(
     encoded: list[tuple[np.ndarray, np.ndarray]], seq_length: int, pad_id: int, packing: bool = True
@@ -323,14 +332,7 @@ class PackedSFTDataset(torch.utils.data.Dataset):
         return len(self.packed.tokens)
 
     def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
-        p = self.packed
-        sample = {
-            "tokens": torch.from_numpy(p.tokens[idx].astype(np.int64)),
-            "labels": torch.from_numpy(p.labels[idx].astype(np.int64)),
-            "loss_mask": torch.from_numpy(p.loss_mask[idx].astype(np.float32)),
-            "position_ids": torch.from_numpy(p.position_ids[idx].astype(np.int64)),
-            "segment_ids": torch.from_numpy(p.segment_ids[idx].astype(np.int64)),
-        }
+        sample = self.packed.tensors(idx)
         if self.attention_mask:
             sample["attention_mask"] = block_causal_mask(sample["segment_ids"])
         return sample
