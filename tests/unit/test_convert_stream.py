@@ -5,6 +5,7 @@
 - HFWriter shards are byte-identical to safetensors' save_file of the same tensors;
 - the direct dist-checkpoint reader agrees with torch.distributed.checkpoint's;
 - a conversion in a subprocess grows its peak RSS by a small part of the model's bytes.
+- reshard_checkpoint streams too: the layout and tensors a direct conversion to that layout writes.
 """
 
 from __future__ import annotations
@@ -274,3 +275,30 @@ def test_conversion_peak_memory_is_a_small_part_of_the_model(tmp_path, tp):
         assert growth < 0.2 * model_bytes, (
             f"{direction}: peak RSS grew {growth / model_bytes:.2f}x the model bytes"
         )
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_reshard_streams_the_layout_a_direct_conversion_writes(tmp_path, tie):
+    """TP=1 (384 vocab rows) resharded to TP=2 (512 rows) and to PP=2, in this one process: the
+    same files, chunks and tensors as converting the HF model straight to that layout."""
+    from vepo_mcore.checkpoint.convert import checkpoint_tensors
+    from vepo_mcore.checkpoint.reshard import reshard_checkpoint
+    from vepo_mcore.config import JobConfig, load_config
+
+    tiny_qwen2_hf(tmp_path / "hf", tie=tie, seed=3)
+    hf_to_megatron(tmp_path / "hf", tmp_path / "tp1", vocab_size=300)
+    for tp, pp in ((2, 1), (1, 2)):
+        direct = hf_to_megatron(tmp_path / "hf", tmp_path / f"direct_{tp}{pp}", tp=tp, pp=pp, vocab_size=300)
+        resharded = reshard_checkpoint(tmp_path / "tp1", tmp_path / f"reshard_{tp}{pp}", tp=tp, pp=pp)
+        assert _layout(resharded / "iter_0000000") == _layout(direct / "iter_0000000")
+        ours = dict(checkpoint_tensors(resharded, 4))
+        theirs = dict(checkpoint_tensors(direct, 4))
+        assert sorted(ours) == sorted(theirs)
+        for name, tensor in theirs.items():
+            assert torch.equal(ours[name], tensor), name
+        cfg = load_config(JobConfig, resharded / "config.yaml")
+        assert (cfg.parallel.tensor_model_parallel_size, cfg.parallel.pipeline_model_parallel_size) == (
+            tp,
+            pp,
+        )
+        assert (resharded / "tokenizer").is_dir() == (tmp_path / "tp1" / "tokenizer").is_dir()

@@ -28,7 +28,6 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -45,6 +44,7 @@ from vepo_mcore.checkpoint.hf import (
     tokenizer_vocab_size,
 )
 from vepo_mcore.checkpoint.stream import (
+    Chunk,
     checkpoint_layout,
     hf_chunk_source,
     read_metadata,
@@ -306,36 +306,20 @@ def weights_only_common(cfg: JobConfig) -> dict:
     }
 
 
-def _write_rank(rank: int, world_size: int, load, source: str, out_dir: str, cfg: JobConfig) -> None:
-    """One rank of write_weights_only: build at cfg's TP/PP, fill from `source`, save this rank's shards."""
-    from vepo_mcore.models.builder import build_model
-    from vepo_mcore.parallel import init_model_parallel
-
-    init_model_parallel(cfg.parallel)
-    model = build_model(cfg, init_weights=False)  # every weight is overwritten from `source`
-    load(model, source, cfg)
-    save_megatron_checkpoint(
-        model, iteration_dir(out_dir, 0), consume_model=True, common=weights_only_common(cfg)
-    )
-
-
-def write_weights_only(
-    load: Callable[[Any, str, JobConfig], None],
-    source: str | Path,
+def write_streamed(
     out: Path,
     cfg: JobConfig,
+    source: Callable[[Chunk], torch.Tensor],
     prepare: Callable[[], None],
     caller: str,
 ) -> Path:
-    """Write a weights-only checkpoint of cfg's model at cfg.parallel's TP/PP to `out`; returns out.
+    """Write a weights-only checkpoint of cfg's model at cfg.parallel's TP/PP to `out`, shard by
+    shard from source(chunk) (stream.py), without building the model; returns out.
 
-    The model-building path, used by reshard_checkpoint (conversion from HF streams instead).
-
-    Each rank fills its model chunk with `load(model, str(source), cfg)` (a module-level function:
-    spawned ranks receive it pickled). Called outside a process group it spawns TP*PP local gloo
-    processes (one for TP*PP = 1: this one); called by every rank of an existing group of exactly
-    TP*PP processes it runs collectively there. `prepare()` runs first, on rank 0 only (side files
-    such as the tokenizer); `caller` names the public function in the group-size error.
+    Called outside a process group this process writes every rank's shards; called by every rank
+    of an existing group of exactly TP*PP processes each rank writes its own. `prepare()` runs
+    first, on rank 0 only (side files such as the tokenizer); `caller` names the public function
+    in the group-size error.
     """
     world = cfg.parallel.tensor_model_parallel_size * cfg.parallel.pipeline_model_parallel_size
     in_group = dist.is_initialized() and dist.get_world_size() > 1
@@ -345,18 +329,25 @@ def write_weights_only(
     if main:
         out.mkdir(parents=True, exist_ok=True)
         prepare()
-    args = (load, str(source), str(out), cfg)
     if in_group:
         dist.barrier()
-        _write_rank(dist.get_rank(), world, *args)
-    elif world == 1:
-        with local_process_group():
-            _write_rank(0, 1, *args)
-    else:
-        from vepo_mcore.parallel.launch import run_processes
-
-        run_processes(_write_rank, world, args=args)
-    _finish_weights_only(out, cfg, main, in_group)
+    chunks, objects = checkpoint_layout(cfg)
+    write_dist_checkpoint(
+        iteration_dir(out, 0),
+        chunks,
+        objects,
+        source,
+        weights_only_common(cfg),
+        ranks=[dist.get_rank()] if in_group else None,
+    )
+    # The pointer and config are written last: a directory with them is a complete checkpoint.
+    if main:
+        # Inside the iteration too, like the training loop's checkpoints (self-contained).
+        save_config(cfg, iteration_dir(out, 0) / CONFIG_FILE)
+        save_config(cfg, out / CONFIG_FILE)
+        (out / LATEST_FILE).write_text("0\n")
+    if in_group:
+        dist.barrier()
     return out
 
 
@@ -375,40 +366,15 @@ def hf_to_megatron(
     out = Path(out_dir)
     if (out / TOKENIZER_DIR / "tokenizer.json").is_file() or (Path(hf_dir) / "tokenizer.json").is_file():
         cfg.tokenizer.path = str((out / TOKENIZER_DIR).resolve())
-    world = tp * pp
-    in_group = dist.is_initialized() and dist.get_world_size() > 1
-    if in_group and dist.get_world_size() != world:
-        raise ValueError(
-            f"hf_to_megatron at TP*PP={world} called in a group of {dist.get_world_size()} processes"
-        )
-    main = not in_group or dist.get_rank() == 0
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
+
+    def prepare() -> None:
         copy_tokenizer_files(hf_dir, out / TOKENIZER_DIR)
         (out / HF_CONFIG_FILE).write_text(json.dumps(read_hf_config(hf_dir), indent=2) + "\n")
-    chunks, objects = checkpoint_layout(cfg)
-    write_dist_checkpoint(
-        iteration_dir(out, 0),
-        chunks,
-        objects,
-        hf_chunk_source(reader, cfg),
-        weights_only_common(cfg),
-        ranks=[dist.get_rank()] if in_group else None,
-    )
-    reader.close()
-    _finish_weights_only(out, cfg, main, in_group)
-    return out
 
-
-def _finish_weights_only(out: Path, cfg: JobConfig, main: bool, in_group: bool) -> None:
-    # The pointer and config are written last: a directory with them is a complete checkpoint.
-    if main:
-        # Inside the iteration too, like the training loop's checkpoints (self-contained).
-        save_config(cfg, iteration_dir(out, 0) / CONFIG_FILE)
-        save_config(cfg, out / CONFIG_FILE)
-        (out / LATEST_FILE).write_text("0\n")
-    if in_group:
-        dist.barrier()
+    try:
+        return write_streamed(out, cfg, hf_chunk_source(reader, cfg), prepare, "hf_to_megatron")
+    finally:
+        reader.close()
 
 
 def checkpoint_tensors(ckpt_dir: str | Path, num_layers: int):

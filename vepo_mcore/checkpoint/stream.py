@@ -200,6 +200,40 @@ def hf_chunk_source(reader, cfg: JobConfig) -> Callable[[Chunk], torch.Tensor]:
     return source
 
 
+def dist_chunk_source(path: str | Path, cfg: JobConfig) -> Callable[[Chunk], torch.Tensor]:
+    """source(chunk) reading a dist checkpoint of the same model at any TP/PP (iteration directory
+    `path`): each chunk is read as the region it covers of the stored global tensor; vocab rows past
+    the real vocabulary are zero (the new layout's padding), whatever padding the source had."""
+    metadata = read_metadata(path)
+    stored = metadata.state_dict_metadata
+    vocab = cfg.model.vocab_size
+
+    def source(chunk: Chunk) -> torch.Tensor:
+        if chunk.key not in stored:
+            raise KeyError(f"{path}: no tensor {chunk.key!r} for {chunk.name} (another model's checkpoint?)")
+        want = tuple(stored[chunk.key].size)
+        _, rule = mapping.parse_megatron_name(chunk.name)
+        if rule.kind != "vocab":
+            if want != chunk.global_shape:
+                raise ValueError(
+                    f"{path}: {chunk.key} is {list(want)}, the config expects {list(chunk.global_shape)}"
+                )
+            region = read_regions(path, {chunk.key: (chunk.offsets, chunk.sizes)}, metadata)[chunk.key]
+            return region.to(chunk.dtype)
+        if want[1:] != chunk.global_shape[1:] or want[0] < vocab:
+            raise ValueError(
+                f"{path}: {chunk.key} is {list(want)}, expected >= {vocab} rows of width {chunk.sizes[1]}"
+            )
+        out = torch.zeros(chunk.sizes, dtype=chunk.dtype)
+        start, stop = chunk.offsets[0], min(chunk.offsets[0] + chunk.sizes[0], vocab)
+        if stop > start:
+            rows = read_regions(path, {chunk.key: ((start, 0), (stop - start, chunk.sizes[1]))}, metadata)
+            out[: stop - start] = rows[chunk.key]
+        return out
+
+    return source
+
+
 @contextlib.contextmanager
 def _single_process_is_intended():
     """Silence DCP's warning that it runs without a process group: that is the point here."""
