@@ -3,9 +3,12 @@
     python tools/convert_hf.py hf-to-megatron --hf Qwen2.5-7B --out ckpt/qwen7b --tp 4 --pp 2
     python tools/convert_hf.py hf-to-megatron --hf Qwen2.5-7B --out ckpt/qwen7b --tp 4 --dry-run
     python tools/convert_hf.py megatron-to-hf --ckpt ckpt/qwen7b --out Qwen2.5-7B-vepo
+    python tools/convert_hf.py reshard --ckpt ckpt/qwen7b --out ckpt/qwen7b_tp2 --tp 2
 
-Both directions stream tensor by tensor in one process (memory near the largest tensor, not the
+All three stream tensor by tensor in one process (memory near the largest tensor, not the
 model); the dist checkpoint hf-to-megatron writes (every TP/PP rank's shards) loads at any TP/PP.
+reshard rewrites a checkpoint's files for another TP/PP (vocab rows re-padded, config.yaml
+updated); it keeps the weights only.
 --vocab-size sets the real vocab (default: the tokenizer.json's length).
 """
 
@@ -35,6 +38,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     to_hf.add_argument("--max-shard-gb", type=float, default=5.0, help="safetensors shard size limit")
     to_hf.add_argument("--dtype", choices=DTYPES, default=None, help="default: the source config.json's")
     to_hf.add_argument("--vocab-rows", type=int, default=None, help="embedding rows to write")
+    re = sub.add_parser("reshard", help="megatron dist checkpoint (any TP/PP) -> the same at another TP/PP")
+    re.add_argument("--ckpt", required=True, help="checkpoint directory (or its iter_* subdirectory)")
+    re.add_argument("--out", required=True, help="output checkpoint directory")
+    re.add_argument("--tp", type=int, default=1, help="tensor-parallel size to write")
+    re.add_argument("--pp", type=int, default=1, help="pipeline-parallel size to write")
     return parser.parse_args(argv)
 
 
@@ -46,12 +54,15 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from vepo_mcore.checkpoint.convert import dry_run, hf_to_megatron, megatron_to_hf
+    from vepo_mcore.checkpoint.reshard import reshard_checkpoint
 
     if args.direction == "hf-to-megatron":
         if args.dry_run:
             print(dry_run(args.hf, args.tp, args.pp, args.vocab_size))
             return
         out = hf_to_megatron(args.hf, args.out, args.tp, args.pp, args.vocab_size)
+    elif args.direction == "reshard":
+        out = reshard_checkpoint(args.ckpt, args.out, args.tp, args.pp)
     else:
         dtype = getattr(torch, args.dtype) if args.dtype else None
         out = megatron_to_hf(args.ckpt, args.out, int(args.max_shard_gb * (1 << 30)), dtype, args.vocab_rows)

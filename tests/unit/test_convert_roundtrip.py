@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,3 +139,22 @@ def test_training_loop_loads_converted_checkpoint(tmp_path):
         tmp_path / "exported"
     )  # config.json built from ModelConfig alone
     assert model.config.vocab_size == 384 and model.config.num_key_value_heads == 2
+    # ... and reshards through the tool (a training checkpoint: iteration 5, its own key set), TP=2.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "convert_hf", Path(__file__).resolve().parents[2] / REPO_TOOL
+    )
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tool.main(["reshard", "--ckpt", str(tmp_path / "train"), "--out", str(tmp_path / "tp2"), "--tp", "2"])
+    resharded = load_config(JobConfig, tmp_path / "tp2" / "config.yaml")
+    assert resharded.parallel.tensor_model_parallel_size == 2
+    megatron_to_hf(tmp_path / "tp2", tmp_path / "exported_tp2")
+    again = _tensors(tmp_path / "exported_tp2")
+    from vepo_mcore.checkpoint.stream import read_metadata
+
+    stored = read_metadata(tmp_path / "tp2" / "iter_0000000").state_dict_metadata
+    assert tuple(stored["output_layer.weight"].size) == (512, 64)  # re-padded for TP=2
+    assert again["lm_head.weight"].shape == (384, 64) and not again["lm_head.weight"][320:].any()
+    assert all(torch.equal(again[n][: t.shape[0]], t) for n, t in original.items())
