@@ -87,7 +87,8 @@ def run_logged(args: list[str], log_file: Path, threads: int) -> None:
 
 def failure_excerpt(log: str, lines: int = 15) -> str:
     """The last Python traceback in a child's log that is not torchrun's own ChildFailedError (which
-    follows the worker's and says nothing of the cause), else the log's last `lines` lines."""
+    follows the worker's and says nothing of the cause), else the error lines a tools/ script prints
+    for a user's mistake (config.cli: "error: ..."), else the log's last `lines` lines."""
     blocks = log.split("Traceback (most recent call last)")[1:]
     for block in reversed(blocks):
         body = block.splitlines(True)
@@ -97,12 +98,20 @@ def failure_excerpt(log: str, lines: int = 15) -> str:
         )
         if "ChildFailedError" not in body[end]:
             return "Traceback (most recent call last)" + "".join(body[: end + 1][-2 * lines :])
+    errors = [line for line in log.splitlines(True) if _untagged(line).lower().startswith("error: ")]
+    if errors:
+        return "".join(errors[-lines:])
     return "".join(log.splitlines(True)[-lines:])
+
+
+def _untagged(line: str) -> str:
+    """A log line without torchrun's "[rankN]: " prefix."""
+    return line.split("]: ", 1)[1] if line.startswith("[rank") and "]: " in line else line
 
 
 def _is_frame(line: str) -> bool:
     """A traceback line below the header: indented, or prefixed by torchrun's "[rankN]:" tag."""
-    text = line.split("]: ", 1)[1] if line.startswith("[rank") and "]: " in line else line
+    text = _untagged(line)
     return text[:1].isspace() or text.startswith(("^", "~"))
 
 
