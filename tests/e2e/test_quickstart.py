@@ -31,7 +31,8 @@ def quickstart(tmp_path_factory) -> tuple[Path, str]:
     env = {**os.environ, "PY": sys.executable, "TORCHRUN": str(bin_dir / "torchrun"), "OUT": str(out),
            "BASE_ITERS": "5", "CPT_ITERS": "20", "SFT_ITERS": "260", "RM_ITERS": "2", "RL_ITERS": "24",
            "EVAL_SENTENCES": "40", "DIRECTIONS": DIRECTIONS,
-           "TOY_ARGS": f"{SMALL} sft.training.optimizer.lr=3e-3 rl.training.optimizer.lr=1e-4"}  # fmt: skip
+           "TOY_ARGS": f"{SMALL} sft.training.optimizer.lr=3e-3 rl.training.optimizer.lr=5e-5 "
+                       "rl.training.optimizer.min_lr=5e-5"}  # fmt: skip
     proc = subprocess.run(
         ["bash", "examples/quickstart_cpu.sh"],
         cwd=ROOT,
@@ -88,7 +89,10 @@ def test_sft_policy_stops_and_rl_moves_a_held_out_metric(quickstart):
     # Vietnamese/English 40% of the time; after 260 SFT steps it stops on 81% and passes language
     # 82.5%; 24 RL steps raise the overall pass rate 37.5 -> 67.5 at tau 1.0, 37.5 -> 62.5 at tau 0.4
     # with k3 (while the stop rate falls to 69-70%: the full toy recipe is where the stop rate is
-    # held, see reports/toy/README.md).
+    # held, see reports/toy/README.md). 2026-11-26: at RL lr 1e-4 the outcome swung with the last bit
+    # of the SFT weights (fused AdamW changed their rounding, not the SFT's answers): overall 31.2
+    # (stop 46%) at the RL seed, 65.0 at another; at 5e-5 from the same SFT, 73.8 and 90.0 (stop 66
+    # and 76%). Hence 5e-5 here.
     assert sft["stop_rate"] >= 70.0 and sft["stop_rate"] > before["stop_rate"] + 50.0
     assert sft["lang_pass"] > before["lang_pass"] + 20.0
     assert rl["overall_pass"] > sft["overall_pass"] + 10.0
