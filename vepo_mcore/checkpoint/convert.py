@@ -217,15 +217,9 @@ def _sharded_state_dict(model_chunks) -> dict:
     return {f"model{i}": chunk.sharded_state_dict() for i, chunk in enumerate(chunks)}
 
 
-def save_megatron_checkpoint(
-    model_chunks, ckpt_dir: str | Path, consume_model: bool = False, common: dict | None = None
-) -> None:
-    """Collective: every rank of the model's TP/PP layout writes its shards to `ckpt_dir`.
-
-    consume_model=True (conversion, where the model is thrown away afterwards) frees each
-    linear_fc1 weight as soon as its gate/up halves are copied out. The writer copies every
-    tensor that is a view before writing anything, and megatron saves fc1 as two views
-    ([gate; up] chunks): for Qwen2.5-7B that is 7.6 GB of 15 GB held twice.
+def save_megatron_checkpoint(model_chunks, ckpt_dir: str | Path, common: dict | None = None) -> None:
+    """Collective: every rank of the model's TP/PP layout writes its shards to `ckpt_dir` with
+    megatron's own save (the reference the streamed writers are checked against).
     common: plain values saved beside the tensors (common.pt), e.g. the training loop's fields.
     """
     from megatron.core import dist_checkpointing
@@ -235,27 +229,8 @@ def save_megatron_checkpoint(
         path.mkdir(parents=True, exist_ok=True)
     dist.barrier()
     sharded = _sharded_state_dict(model_chunks)
-    if consume_model:
-        _build_factories_freeing_sources(sharded)
     sharded.update(common or {})
     dist_checkpointing.save(sharded, str(path))
-
-
-def _build_factories_freeing_sources(sharded: dict) -> None:
-    from megatron.core.dist_checkpointing.dict_utils import dict_list_map_inplace
-    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
-
-    def build(item):
-        if not isinstance(item, ShardedTensorFactory):
-            return item
-        built = item.build()
-        for sh_ten in built if isinstance(built, list) else [built]:
-            if isinstance(sh_ten, ShardedTensor) and sh_ten.data is not None:
-                sh_ten.data = sh_ten.data.detach().clone()
-        item.data.detach().untyped_storage().resize_(0)
-        return built
-
-    dict_list_map_inplace(build, sharded)
 
 
 def load_megatron_checkpoint(model_chunks, ckpt_dir: str | Path) -> None:
@@ -329,9 +304,7 @@ def write_streamed(
     if main:
         out.mkdir(parents=True, exist_ok=True)
         prepare()
-    if in_group:
-        dist.barrier()
-    chunks, objects = checkpoint_layout(cfg)
+    chunks, objects = checkpoint_layout(cfg)  # write_dist_checkpoint waits for rank 0's directory
     write_dist_checkpoint(
         iteration_dir(out, 0),
         chunks,

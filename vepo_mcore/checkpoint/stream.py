@@ -211,18 +211,18 @@ def dist_chunk_source(path: str | Path, cfg: JobConfig) -> Callable[[Chunk], tor
     def source(chunk: Chunk) -> torch.Tensor:
         if chunk.key not in stored:
             raise KeyError(f"{path}: no tensor {chunk.key!r} for {chunk.name} (another model's checkpoint?)")
-        want = tuple(stored[chunk.key].size)
+        stored_shape = tuple(stored[chunk.key].size)
         _, rule = mapping.parse_megatron_name(chunk.name)
         if rule.kind != "vocab":
-            if want != chunk.global_shape:
+            if stored_shape != chunk.global_shape:
                 raise ValueError(
-                    f"{path}: {chunk.key} is {list(want)}, the config expects {list(chunk.global_shape)}"
+                    f"{path}: {chunk.key} is {list(stored_shape)}, the config expects {list(chunk.global_shape)}"
                 )
             region = read_regions(path, {chunk.key: (chunk.offsets, chunk.sizes)}, metadata)[chunk.key]
             return region.to(chunk.dtype)
-        if want[1:] != chunk.global_shape[1:] or want[0] < vocab:
+        if stored_shape[1:] != chunk.global_shape[1:] or stored_shape[0] < vocab:
             raise ValueError(
-                f"{path}: {chunk.key} is {list(want)}, expected >= {vocab} rows of width {chunk.sizes[1]}"
+                f"{path}: {chunk.key} is {list(stored_shape)}, expected >= {vocab} rows of width {chunk.sizes[1]}"
             )
         out = torch.zeros(chunk.sizes, dtype=chunk.dtype)
         start, stop = chunk.offsets[0], min(chunk.offsets[0] + chunk.sizes[0], vocab)

@@ -303,11 +303,9 @@ class _OutputLayerLogprobs(torch.autograd.Function):
                 return (*grads, *nones)
         n, cdt, dev = hidden.shape[0], compute_dtype(weight.dtype), hidden.device
         grad_hidden = torch.zeros_like(hidden)
-        low = weight.dtype != cdt  # bf16/fp16 GEMMs: the gradient chunk is cast, dweight summed in fp32
-        # under bf16/fp16 dweight is cast from the fp32 sum after the loop: never held beside it
-        grad_weight = None if low and valid and n else torch.zeros_like(weight)
         if valid == 0 or n == 0:
-            return (grad_hidden, grad_weight, *nones)
+            return (grad_hidden, torch.zeros_like(weight), *nones)
+        low = weight.dtype != cdt  # bf16/fp16 GEMMs: the gradient chunk is cast, dweight summed in fp32
         grad_logp = torch.zeros(n, dtype=cdt, device=dev) if grad_logp is None else grad_logp.to(cdt)
         if grad_entropy is not None and need_entropy:
             grad_entropy = grad_entropy.to(cdt)
@@ -319,9 +317,11 @@ class _OutputLayerLogprobs(torch.autograd.Function):
         l_buf = torch.empty(rows, valid, dtype=weight.dtype, device=dev)
         z_buf = l_buf if weight.dtype == cdt else torch.empty(rows, valid, dtype=cdt, device=dev)
         g_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
-        if low:
+        if low:  # dweight is cast from the fp32 sum after the loop: never held beside it
             dw_acc = torch.zeros(valid, weight.shape[1], dtype=cdt, device=dev)
             dw_part = torch.empty(valid, weight.shape[1], dtype=weight.dtype, device=dev)
+        else:
+            grad_weight = torch.zeros_like(weight)
         for start in range(0, n, chunk):
             sl = slice(start, min(n, start + chunk))
             h = hidden[sl]
@@ -341,9 +341,16 @@ class _OutputLayerLogprobs(torch.autograd.Function):
                 grad_weight[:valid].addmm_(g.t(), h)
         if low:
             del dw_part, l_buf, z_buf, g_buf, src, g  # views of the buffers
-            grad_weight = torch.zeros_like(weight)
-            grad_weight[:valid] = dw_acc
+            grad_weight = _weight_grad_from(dw_acc, weight)
         return (grad_hidden, grad_weight, *nones)
+
+
+def _weight_grad_from(dw_acc: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """dL/dweight in the weight's dtype and shape from its fp32 sum over the real rows [valid, h];
+    the padding rows past them are 0."""
+    grad = torch.zeros_like(weight)
+    grad[: dw_acc.shape[0]] = dw_acc
+    return grad
 
 
 class _EarlyGradients:
@@ -366,7 +373,7 @@ class _EarlyGradients:
         self.grad_hidden = torch.zeros_like(hidden)
         self.first = True
         self.low = weight.dtype != cdt
-        self.weight, self.valid = weight, valid
+        self.weight, self.valid = weight, valid  # weight: the shape and dtype of dL/dweight
         if self.low:  # bf16/fp16 GEMMs as the output layer's, dweight summed over chunks in fp32
             self.dw_acc = torch.zeros(valid, weight.shape[1], dtype=cdt, device=weight.device)
             self.dw_part = torch.empty(valid, weight.shape[1], dtype=weight.dtype, device=weight.device)
@@ -410,8 +417,7 @@ class _EarlyGradients:
             return None
         if self.low:
             self.dw_part = None
-            self.grad_weight = torch.zeros_like(self.weight)
-            self.grad_weight[: self.valid] = self.dw_acc
+            self.grad_weight = _weight_grad_from(self.dw_acc, self.weight)
             self.dw_acc = None
         if s.item() == 1.0:  # megatron seeds backward with 1 unless it scales the loss
             return self.grad_hidden, self.grad_weight

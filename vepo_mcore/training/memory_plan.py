@@ -20,7 +20,8 @@ output layer weighs more), printed in GiB (2**30). The accounting:
   off (p = 0 stores no mask); flash attention (Transformer Engine, the GPU spec) stores no [s, s]
   scores. Sequence parallelism splits every term over TP; without it the norms' inputs, the
   linear layers' inputs and the dropout masks stay whole. The first stage holds min(PP, micro-
-  batches) micro-batches in flight under 1F1B; CP splits the tokens. Full recompute keeps each layer's input plus one layer rebuilt in backward.
+  batches) micro-batches in flight under 1F1B; CP splits the tokens. Full recompute keeps each
+  layer's input plus one layer rebuilt in backward.
 - output layer: the final norm's input and output, then for CPT/SFT (and RL with
   rl.loss.chunked_output_layer) the chunked output layer + loss of models/output_loss.py: a few
   chunk buffers and the output weight's gradient (fp32 sum + bf16 GEMM output, built in forward),
@@ -369,12 +370,13 @@ def _output_item(cfg: JobConfig, tokens: float, vocab: int, rl: bool) -> MemoryI
         wbytes = 2 if low else 4
         rows = chunk_tokens(shard, torch.bfloat16 if low else torch.float32)
         buffers = rows * shard * (wbytes + (4 if low else 0) + 4)
-        grads = (6 if low else 4) * shard * m.hidden_size + wbytes * positions * m.hidden_size
+        dweight = (6 if low else 4) * shard * m.hidden_size
+        dhidden = wbytes * positions * m.hidden_size
         detail = (
             f"chunked: {rows:,} x {shard:,} work buffers {buffers / GIB * 1024:.0f} MiB, "
-            f"dweight {'fp32 + bf16' if low else 'fp32'} {(6 if low else 4) * shard * m.hidden_size / GIB:.2f} GiB"
+            f"dweight {'fp32 + bf16' if low else 'fp32'} {dweight / GIB:.2f} GiB"
         )
-        return MemoryItem("output layer", norm + buffers + grads, detail, "training", setting)
+        return MemoryItem("output layer", norm + buffers + dweight + dhidden, detail, "training", setting)
     # rl.logprobs: the bf16 logits, their gradient in backward, two work buffers
     shape = f"logits [{positions:,.0f}, {shard:,}]"
     size = norm + 4 * positions * shard + LOGPROB_WORK_BYTES
