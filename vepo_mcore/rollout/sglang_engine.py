@@ -433,8 +433,8 @@ class SGLangEngine:
     def shutdown(self) -> None:
         if self.update_groups is not None:  # both ends of the weight-update groups
             if self.engine is not None:
-                for stage in sorted(self.update_groups.sources):
-                    self.engine.destroy_weights_update_group(group_name=self.update_groups.group_name(stage))
+                for key in sorted(self.update_groups.sources):
+                    self.engine.destroy_weights_update_group(group_name=self.update_groups.group_name(key))
             if self.update_groups.group is not None:
                 dist.destroy_process_group(self.update_groups.group)
             self.update_groups = None

@@ -14,26 +14,23 @@ gate, up; vocab rows cut or zero-padded to the engine's rows). The owner hands t
 tensor, and every byte of the model reaches the engine once (benchmarks/weight_sync.py).
 
 An engine on other GPUs (rl.rollout.weight_sync: distributed) gets the weights as SGLang's
-`update_weights_from_distributed` takes them, and as slime sends them: over a process group
-(NCCL; gloo in the CPU tests) whose rank 0 is a trainer rank and whose other ranks are the
-engines' GPUs (`init_weights_update_group(master_address, master_port, rank_offset, world_size,
-group_name, backend)`). SGLang receives every bucket as `broadcast(src=0)` in the named group, one
-request at a time. So there is one group per pipeline stage, rank 0 being the stage's source (data-
-parallel rank 0, TP rank 0): a stage's parameters never leave their stage, the TP shards are
-gathered to the source, renamed and re-laid out to HF tensors, packed into byte buckets of one dtype
+`update_weights_from_distributed` takes them: over process groups (NCCL; gloo in the CPU tests)
+whose rank 0 is a trainer rank and whose other ranks are the engines' GPUs
+(`init_weights_update_group(master_address, master_port, rank_offset, world_size, group_name,
+backend)`). SGLang receives every bucket as `broadcast(src=0)` in the named group. Each data-parallel
+replica sends its share, as in the colocated path: there is one group per (pipeline stage, replica),
+rank 0 being that replica's TP rank 0 of the stage, and parameter i of a stage goes out through
+replica i mod DP. A stage's parameters never leave their stage; the TP shards are gathered to the
+source, renamed and re-laid out to HF tensors, packed into byte buckets of one dtype
 (rl.rollout.weight_bucket_mb) and broadcast, while the engine's owner rank calls
 update_weights_from_distributed(names, dtypes, shapes, group_name, load_format="flattened_bucket")
 with the bucket's metadata (sent by the source over a gloo group). One broadcast feeds every engine.
 
-Why only data-parallel rank 0 sends (unlike the colocated path, where each replica gathers and sends
-its share; issue 23 asked for that here too): a source is group rank 0 of its own group, so sending
-from every replica needs a group per replica, each an NCCL communicator on every engine GPU (memory
-and start-up time there), for no bandwidth: the engine receives one broadcast at a time, so the
-engine's links bound the transfer whichever replica sends, and the gathers a replica would share are
-within its node (NVLink), small beside the network hop. The replicas hold identical weights after
-the optimizer step, so any one of them is the model. slime does the same: one group per pipeline
-stage ("slime-pp_{pp_rank}"), and only its DP = TP = 0 rank broadcasts
-(slime/backends/megatron_utils/update_weight_utils.py, UpdateWeightFromDistributed).
+The engine takes one request at a time, so the replicas' broadcasts reach it one after another:
+what the split buys is the gathers, conversions and sending links spread over the replicas (each
+replica's node sends 1/DP of the model), at the cost of DP NCCL communicators per stage on every
+engine GPU. slime sends from one replica per stage ("slime-pp_{pp_rank}", DP = TP = 0;
+slime/backends/megatron_utils/update_weight_utils.py); with DP = 1 the two are the same.
 """
 
 from __future__ import annotations
@@ -190,7 +187,7 @@ def sync_weights(engine, model, cfg, bucket_bytes: int | None = None) -> dict | 
 # ---------------------------------------------------------------- update_weights_from_distributed
 
 GROUP_PREFIX = "vepo_weights_pp"
-"""Update-group names: GROUP_PREFIX + pipeline stage."""
+"""Update-group names: GROUP_PREFIX + pipeline stage + "_dp" + data-parallel replica."""
 
 
 def init_update_group(
@@ -233,53 +230,45 @@ def _free_port() -> int:
 
 
 class UpdateGroups:
-    """The per-stage update groups of one job and its engines (built once, collectively)."""
+    """The update groups of one job and its engines, one per (pipeline stage, data-parallel replica)
+    (built once, collectively)."""
 
     def __init__(self, engine, cfg):
         from megatron.core import parallel_state as ps
 
-        rollout = cfg.rl.rollout
-        self.backend = rollout.weight_sync_backend
-        self.stage = ps.get_pipeline_model_parallel_rank()
-        self.is_source = (
-            ps.get_data_parallel_rank(with_context_parallel=True) == 0
-            and ps.get_tensor_model_parallel_rank() == 0
-        )
-        self.in_source_replica = ps.get_data_parallel_rank(with_context_parallel=True) == 0
+        self.backend = cfg.rl.rollout.weight_sync_backend
+        key = (ps.get_pipeline_model_parallel_rank(), ps.get_data_parallel_rank(with_context_parallel=True))
+        self.is_source = ps.get_tensor_model_parallel_rank() == 0
         rank = dist.get_rank()
-        # Bucket metadata goes from each source to each owner over gloo (whatever the training backend).
-        # No rank uses it from two threads: an owner's thread receives only from other sources, and a
-        # rank is both a source sending to others and an owner only with several engines, i.e. PP=1,
-        # where the one source is the first owner and takes the metadata in-process.
-        self.control = dist.new_group(backend="gloo")
+        self.owners = list(engine.owner_ranks)
+        # Bucket metadata goes from each source to each owner over gloo (whatever the training backend),
+        # one group per owner: an owner's receiving thread is the only user of its group on that rank,
+        # while the rank's main thread, when it is also a source, sends over the other owners' groups
+        # (new_group is collective: every rank creates every group, in the same order).
+        self.control = {owner: dist.new_group(backend="gloo") for owner in self.owners}
         address = (_host_address(), _free_port()) if self.is_source else None
         everyone = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, (self.stage, rank, address) if self.is_source else None)
-        self.sources = {
-            stage: (r, addr) for stage, r, addr in filter(None, everyone)
-        }  # stage -> (rank, addr)
-        self.owners = list(engine.owner_ranks)
+        dist.all_gather_object(everyone, (key, rank, address) if self.is_source else None)
+        self.sources = {k: (r, addr) for k, r, addr in filter(None, everyone)}  # key -> (rank, addr)
         engine_tp = engine.engine_tp
         world = 1 + len(self.owners) * engine_tp
         self.group = None
         joined = None
-        if engine.is_owner:  # the engine joins every stage's group; its call blocks until all joined
+        if engine.is_owner:  # the engine joins every group; each call blocks until all its ranks joined
             offset = 1 + self.owners.index(rank) * engine_tp
-            calls = [
-                (stage, *self.sources[stage][1], offset, world, self.group_name(stage))
-                for stage in sorted(self.sources)
-            ]
-            joined = _in_thread(lambda: [engine.join_update_group(*call[1:], self.backend) for call in calls])
+            calls = [(*self.sources[k][1], offset, world, self.group_name(k)) for k in sorted(self.sources)]
+            joined = _in_thread(lambda: [engine.join_update_group(*call, self.backend) for call in calls])
         if self.is_source:
-            host, port = self.sources[self.stage][1]
-            self.group = init_update_group(self.backend, host, port, 0, world, self.group_name(self.stage))
+            host, port = self.sources[key][1]
+            self.group = init_update_group(self.backend, host, port, 0, world, self.group_name(key))
         if joined is not None:
             joined.result()
-        dist.barrier(group=self.control)
+        dist.barrier(group=self.control[self.owners[0]])
 
     @staticmethod
-    def group_name(stage: int) -> str:
-        return f"{GROUP_PREFIX}{stage}"
+    def group_name(key: tuple[int, int]) -> str:
+        stage, replica = key
+        return f"{GROUP_PREFIX}{stage}_dp{replica}"
 
 
 class _in_thread:
@@ -305,18 +294,20 @@ class _in_thread:
 
 
 def stage_tensors(model, cfg) -> Iterator[tuple[str, torch.Tensor | None]]:
-    """(global megatron name, full tensor) of this pipeline stage's weights, on the stage's source
-    (data-parallel rank 0, TP rank 0); its TP peers take part in the gathers and get None; the other
-    replicas yield nothing. Tied output layers are skipped, as in full_megatron_tensors."""
+    """(global megatron name, full tensor) of this data-parallel replica's share of its pipeline
+    stage's weights (parameter i when i mod DP is the replica), on the replica's TP rank 0; its TP
+    peers take part in the gathers and get None. Tied output layers are skipped, as in
+    full_megatron_tensors."""
     from megatron.core import parallel_state as ps
 
     model = _unwrap(model)
-    if ps.get_data_parallel_rank(with_context_parallel=True) != 0:
-        return
+    replica = ps.get_data_parallel_rank(with_context_parallel=True)
+    replicas = ps.get_data_parallel_world_size(with_context_parallel=True)
     tp_size = ps.get_tensor_model_parallel_world_size()
     tp_rank = ps.get_tensor_model_parallel_rank()
-    for global_name, param in _stage_weights(model, cfg):
-        yield global_name, _gather_tp(global_name, _plain(param), tp_size, tp_rank)
+    for i, (global_name, param) in enumerate(_stage_weights(model, cfg)):
+        if i % replicas == replica:
+            yield global_name, _gather_tp(global_name, _plain(param), tp_size, tp_rank)
 
 
 def flatten_bucket(named: list[tuple[str, torch.Tensor]]) -> torch.Tensor:
@@ -335,10 +326,11 @@ def bucket_metadata(named: list[tuple[str, torch.Tensor]]) -> tuple[list[str], l
 
 
 def sync_weights_distributed(engine, model, cfg, bucket_bytes: int | None = None) -> dict | None:
-    """Collective: broadcast the policy to the engines over the per-stage update groups.
+    """Collective: broadcast the policy to the engines over the update groups.
 
-    Stage sources gather, convert and broadcast bucket by bucket; engine owners call the engine once
-    per bucket with its metadata; every other rank takes part in its stage's TP gathers only.
+    Each replica's source of each stage gathers, converts and broadcasts its share bucket by bucket;
+    engine owners call the engine once per bucket with its metadata, taking the sources one after
+    another; every other rank takes part in its replica's TP gathers only.
     Returns the engine's stats on owners ({'bytes', 'tensors', 'calls', 'seconds'}), None elsewhere.
     """
     from vepo_mcore.rollout.sglang_engine import bucketize
@@ -355,18 +347,18 @@ def sync_weights_distributed(engine, model, cfg, bucket_bytes: int | None = None
     if engine.is_owner:
 
         def buckets():
-            for stage in sorted(groups.sources):
-                src = groups.sources[stage][0]
+            for key in sorted(groups.sources):
+                src = groups.sources[key][0]
                 while True:
                     if src == rank:
                         meta = local.get()
                     else:
                         box = [None]
-                        dist.recv_object_list(box, src=src, group=groups.control)
+                        dist.recv_object_list(box, src=src, group=groups.control[rank])
                         meta = box[0]
                     if meta is None:
                         break
-                    yield (groups.group_name(stage), *meta)
+                    yield (groups.group_name(key), *meta)
 
         receiving = _in_thread(lambda: engine.update_weights_from_distributed(buckets()))
 
@@ -375,7 +367,7 @@ def sync_weights_distributed(engine, model, cfg, bucket_bytes: int | None = None
             if owner == rank:
                 local.put(meta)
             else:
-                dist.send_object_list([meta], dst=owner, group=groups.control)
+                dist.send_object_list([meta], dst=owner, group=groups.control[owner])
 
     try:
         rows = getattr(engine, "engine_vocab_rows", None) or cfg.model.vocab_size
@@ -386,7 +378,7 @@ def sync_weights_distributed(engine, model, cfg, bucket_bytes: int | None = None
                 for bucket in bucketize(hf, bucket_bytes):
                     tell_owners(bucket_metadata(bucket))
                     dist.broadcast(flatten_bucket(bucket), src=0, group=groups.group)
-            finally:  # the end of this stage (also on an error: the owners stop waiting for it)
+            finally:  # the end of this share (also on an error: the owners stop waiting for it)
                 tell_owners(None)
         else:
             for _ in stream:  # TP peers of a source: the gathers only
