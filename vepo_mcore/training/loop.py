@@ -38,18 +38,10 @@ def train_step(
     Returns the reported metrics on every rank: each loss_func entry reduced over micro-batches
     and DP ranks ([sum, count] pairs as sum/count, scalars as a mean), plus grad_norm, lr, skipped.
     """
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-
     model.zero_grad_buffer()
     optimizer.zero_grad()
-    reports = get_forward_backward_func()(
-        forward_step_func=forward_step_func,
-        data_iterator=data_iterator,
-        model=[model],
-        num_microbatches=num_microbatches,
-        seq_length=seq_length,
-        micro_batch_size=micro_batch_size,
-        forward_only=False,
+    reports = _schedule(
+        forward_step_func, data_iterator, model, num_microbatches, seq_length, micro_batch_size, False
     )
     lr = optimizer.param_groups[0]["lr"]  # the rate this step uses (the scheduler moves it after)
     ok, grad_norm, _ = optimizer.step()
@@ -60,6 +52,29 @@ def train_step(
     metrics["lr"] = lr
     metrics["skipped"] = float(not ok)
     return metrics
+
+
+def _schedule(
+    forward_step_func: Callable,
+    data_iterator: Iterator[dict],
+    model,
+    num_microbatches: int,
+    seq_length: int,
+    micro_batch_size: int,
+    forward_only: bool,
+) -> list[dict[str, torch.Tensor]]:
+    """megatron.core's pipeline schedule for this PP size: the loss_func reports of the micro-batches."""
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    return get_forward_backward_func()(
+        forward_step_func=forward_step_func,
+        data_iterator=data_iterator,
+        model=[model],
+        num_microbatches=num_microbatches,
+        seq_length=seq_length,
+        micro_batch_size=micro_batch_size,
+        forward_only=forward_only,
+    )
 
 
 def reduce_reports(reports: list[dict[str, torch.Tensor]]) -> dict[str, float]:
@@ -97,21 +112,13 @@ def evaluate(
     rows_per_sample: int = 1,
 ) -> dict[str, float]:
     """Forward-only pass over `num_microbatches` micro-batches; token-averaged metrics."""
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-
     from vepo_mcore.data.packing import schedule_shape
 
     seq_length, micro_batch_size = schedule_shape(cfg, rows_per_sample)
     model.eval()
     with torch.no_grad():
-        reports = get_forward_backward_func()(
-            forward_step_func=forward_step_func,
-            data_iterator=data_iterator,
-            model=[model],
-            num_microbatches=num_microbatches,
-            seq_length=seq_length,
-            micro_batch_size=micro_batch_size,
-            forward_only=True,
+        reports = _schedule(
+            forward_step_func, data_iterator, model, num_microbatches, seq_length, micro_batch_size, True
         )
     model.train()
     return reduce_reports(reports)
