@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     add("--max-new-tokens", type=int, default=96, help="evaluation length cap")
     add("--rl-holdout", type=int, default=197, metavar="N",
         help="the last N dev sentences are RL prompts only, never SFT data (0: RL on the SFT sentences)")  # fmt: skip
+    add("--sft-window", type=int, default=1, metavar="K",
+        help="SFT also trains on runs of 2..K consecutive dev sentences, joined (1: single sentences)")  # fmt: skip
     add("--nproc", type=int, default=1, help="training processes")
     add("--threads", type=int, default=2, help="threads per process")
     add("--report-dir", default="reports/toy", help="where summary.json and results.md go")
@@ -59,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     iters, overrides = stage_flags(args.iters, args.set)
     plan = ToyPlan(out=Path(args.out), seeds=args.seeds, directions=args.directions, nproc=args.nproc,
                    threads=args.threads, iters=iters, overrides=overrides, eval_sentences=args.eval_sentences,
-                   max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout)  # fmt: skip
+                   max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout,
+                   sft_window=args.sft_window)  # fmt: skip
     seed_dirs = run_toy(plan)
     if args.no_report:
         return 0

@@ -3,6 +3,8 @@ the sentences SFT translated."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from vepo_mcore.config.rl import RLConfig
@@ -59,3 +61,23 @@ def test_toy_holdout_moves_the_last_dev_sentences_from_sft_to_rl(tmp_path):
     assert _sft_and_rl_split(ToyPlan(out=tmp_path, directions="en-vi"), all_dev) == (all_dev, ":")
     path, prompts = _sft_and_rl_split(ToyPlan(out=tmp_path, directions="en-vi", rl_holdout=7), all_dev)
     assert prompts == "990:" and len(path.read_text(encoding="utf-8").splitlines()) == 990
+
+
+def test_sft_window_adds_joined_runs_of_consecutive_sentences_inside_the_sft_range(tmp_path):
+    from vepo_mcore.toy.recipe import ToyPlan, _sft_and_rl_split
+
+    en, vi = load_flores("en", "dev"), load_flores("vi", "dev")
+    rows = direction_examples([("en", "vi")], "dev", sentences=":10", window=3)
+    assert len(rows) == 10 + 9 + 8  # singles, then pairs, then triples
+    user, answer = (m["content"] for m in rows[10 + 9 + 7]["messages"])  # the last triple: 7, 8, 9
+    assert user.endswith("\n\n" + " ".join(en[7:10])) and answer == " ".join(vi[7:10])
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        direction_examples([("en", "vi")], "dev", window=0)
+    all_dev = tmp_path / "translation.jsonl"
+    plan = ToyPlan(out=tmp_path, directions="en-vi", rl_holdout=7, sft_window=2)
+    path, prompts = _sft_and_rl_split(plan, all_dev)
+    users = [
+        json.loads(line)["messages"][0]["content"] for line in path.read_text(encoding="utf-8").splitlines()
+    ]
+    assert prompts == "990:" and len(users) == 990 + 989  # no run reaches into the RL sentences
+    assert any(en[989] in u for u in users) and not any(en[i] in u for u in users for i in range(990, 997))

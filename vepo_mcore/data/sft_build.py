@@ -83,23 +83,30 @@ def translation_examples(n: int, rng: np.random.Generator) -> list[dict]:
 
 
 def direction_examples(
-    directions: list[tuple[str, str]], split: str = "dev", sentences: str = ":"
+    directions: list[tuple[str, str]], split: str = "dev", sentences: str = ":", window: int = 1
 ) -> list[dict]:
     """Every FLORES `split` sentence (in the START:STOP range `sentences`) of every (src, tgt)
-    direction as one translation conversation.
+    direction as one translation conversation; with window > 1 also every run of 2..window
+    consecutive sentences of the range, joined by spaces on both sides (concatenation augmentation:
+    the same sentences in more contexts, and answers whose length has to follow the source's).
 
     The user turn is the evaluation and RL prompt (eval.translate.DEFAULT_TEMPLATE, written out here
     so this layer does not import eval), so SFT, RL and evaluation see one prompt format.
     """
     if split != "dev":
         raise ValueError(f"SFT data comes from FLORES dev only (devtest is for evaluation), got {split!r}")
+    if window < 1:
+        raise ValueError(f"window must be >= 1 sentence, got {window}")
     out, rows = [], sentence_range(sentences)
     for src, tgt in directions:
         sources, targets = load_flores(src, split)[rows], load_flores(tgt, split)[rows]
         s, t = language(src).name, language(tgt).name
-        out += [
-            _chat(f"Translate the following {s} text into {t}.\n\n{x}", y) for x, y in zip(sources, targets)
-        ]
+        for k in range(1, window + 1):
+            out += [
+                _chat(f"Translate the following {s} text into {t}.\n\n{' '.join(sources[i : i + k])}",
+                      " ".join(targets[i : i + k]))
+                for i in range(len(sources) - k + 1)
+            ]  # fmt: skip
     return out
 
 

@@ -59,6 +59,9 @@ class ToyPlan:
     rl_holdout: int = 0
     """> 0: the last N FLORES dev sentences leave the SFT data and are the RL prompts (the
     tokenizer and CPT still see all of dev); 0: SFT and RL share all of dev."""
+    sft_window: int = 1
+    """> 1: SFT also trains on runs of 2..sft_window consecutive sentences, joined
+    (data.sft_build.direction_examples); the vocabulary is trimmed on single sentences either way."""
     log: object = sys.stdout
 
     @property
@@ -282,18 +285,19 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
 
 
 def _sft_and_rl_split(plan: ToyPlan, all_dev: Path) -> tuple[Path, str]:
-    """The SFT file and the RL prompts' sentence range under plan.rl_holdout."""
-    if plan.rl_holdout <= 0:
+    """The SFT file and the RL prompts' sentence range under plan.rl_holdout and plan.sft_window."""
+    if plan.rl_holdout <= 0 and plan.sft_window == 1:
         return all_dev, ":"
     from vepo_mcore.data.sft_build import direction_examples
 
-    first = len(load_flores("en", "dev")) - plan.rl_holdout
-    path = all_dev.with_name(f"translation_first{first}.jsonl")
+    first = len(load_flores("en", "dev")) - max(plan.rl_holdout, 0)
+    window = "" if plan.sft_window == 1 else f"_window{plan.sft_window}"
+    path = all_dev.with_name(f"translation_first{first}{window}.jsonl")
     if not path.is_file():
         pairs = [(d.src, d.tgt) for d in parse_directions(plan.directions)]
-        rows = direction_examples(pairs, sentences=f":{first}")
+        rows = direction_examples(pairs, sentences=f":{first}", window=plan.sft_window)
         write_records(rows, path)
-    return path, f"{first}:"
+    return path, f"{first}:" if plan.rl_holdout > 0 else ":"
 
 
 def _data_paths(paths: dict[str, Path]) -> list[str]:
