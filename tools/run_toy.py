@@ -31,20 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     add("--seeds", type=int, nargs="+", default=[0])
     add("--directions", default="en-th,en-vi,th-en,vi-en")
     add("--iters", nargs="*", action="extend", default=[], metavar="STAGE=N", help="train_iters per stage")
-    add(
-        "--set",
-        nargs="*",
-        action="extend",
-        default=[],
-        metavar="STAGE.FIELD=VALUE",
-        help="per-stage overrides",
-    )
-    add(
-        "--eval-sentences",
-        type=int,
-        default=150,
-        help="devtest sentences per direction (the report compares on the first 50)",
-    )
+    add("--set", nargs="*", action="extend", default=[], metavar="STAGE.FIELD=VALUE",
+        help="per-stage overrides")  # fmt: skip
+    add("--eval-sentences", type=int, default=150,
+        help="devtest sentences per direction (the report compares on the first 50)")  # fmt: skip
     add("--max-new-tokens", type=int, default=96, help="evaluation length cap")
     add("--rl-holdout", type=int, default=197, metavar="N",
         help="the last N dev sentences are RL prompts only, never SFT data (0: RL on the SFT sentences)")  # fmt: skip
