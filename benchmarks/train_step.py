@@ -21,6 +21,8 @@ step. Prints:
   after a warm-up step), at two sequence lengths, for both steps: the project's must not grow with
   T x V (megatron's holds the [T, V] logits and their softmax). Read from VmHWM after resetting it
   through /proc/self/clear_refs (Linux); large tensors are mmap'd, so freed memory leaves the RSS.
+  The chunked path keeps its work buffers between steps (models/output_loss.HostBuffers); they are
+  dropped before each measured step, so its peak includes them.
 
 Ends with one JSON line {"bench": "train_step", "ratio": r, "goal": 1.0, "higher_is_better": true,
 "gemm_fraction": f, ...}.
@@ -126,7 +128,11 @@ def _rss() -> int:
 
 
 def _peak_above(fn) -> int | None:
-    """Bytes of RSS one call of fn reaches above the RSS before it (None where VmHWM cannot be reset)."""
+    """Bytes of RSS one call of fn reaches above the RSS before it (None where VmHWM cannot be reset).
+    The chunked path's reused work buffers are dropped first, so they count as the step's own."""
+    from vepo_mcore.models.output_loss import BUFFERS
+
+    BUFFERS.release()
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")

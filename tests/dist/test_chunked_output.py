@@ -141,3 +141,50 @@ def _check(rank, world, tied, masked):
 @pytest.mark.parametrize("masked", [False, True])
 def test_chunked_output_layer_equals_megatron_and_float64(world, tied, masked):
     run_processes(_check, world, args=(tied, masked))
+
+
+def _check_ddp(rank, world, tied):
+    from tests.dist.model_utils import VOCAB, batch, positions, tiny_cfg, wrap_ddp
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+
+    cfg = tiny_cfg(tp=world, num_layers=2, tie_word_embeddings=tied)
+    init_model_parallel(cfg.parallel, seed=7)
+    model = build_model(cfg)
+    data = batch(2, batch_size=2, seq=10)
+    tokens, labels, pos = data["tokens"], data["labels"], positions(data["tokens"])
+    weights = torch.rand(tokens.shape) * (torch.arange(10) % 3 != 0)
+    mask = weights > 0.3
+    targets = labels[mask]
+    w_lp, w_h = torch.linspace(-1, 1, len(targets)), torch.linspace(0.5, -0.5, len(targets))
+
+    def two_micro_batches(m):
+        loss = m(tokens, pos, None, labels=labels, loss_mask=weights)  # gradients built in forward
+        ((loss * weights).sum() * 0.5).backward()  # a loss scale: s = 0.5
+        out = m(tokens, pos, None, output_mask=mask, defer_output_layer=True)  # recomputed in backward
+        lp, h = out.logprobs_and_entropy(targets, 0.7, VOCAB)
+        ((lp * w_lp).sum() + (h * w_h).sum()).backward()
+
+    two_micro_batches(model)
+    ref = _grads(model)
+    model.zero_grad(set_to_none=True)
+    ddp = wrap_ddp(model)
+    ddp.zero_grad_buffer()
+    two_micro_batches(ddp)
+    weight = model.embedding.word_embeddings.weight if tied else model.output_layer.weight
+    assert weight.grad_added_to_main_grad  # the output layer wrote main_grad itself
+    assert getattr(weight, "zero_out_wgrad", False) is tied  # megatron's mark: the hook adds the rest
+    assert ref.keys() == {n for n, p in model.named_parameters() if p.requires_grad} and len(ref) > 5
+    for name, param in model.named_parameters():
+        assert param.grad is None, name
+        torch.testing.assert_close(param.main_grad, ref[name], atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("tied", [False, True])
+def test_output_weight_gradient_fused_into_ddp_main_grad(world, tied):
+    """Under megatron's DDP the output weight's gradient goes straight into main_grad (as megatron's
+    gradient_accumulation_fusion): after two micro-batches (the CPT loss, its gradients built in
+    forward, at a loss scale of 0.5; an RL log-prob + entropy loss, recomputed in backward) every
+    main_grad equals the gradients without DDP, the tied embedding's share included."""
+    run_processes(_check_ddp, world, args=(tied,))

@@ -221,3 +221,25 @@ def test_no_tokens():
     )
     loss.sum().backward()
     assert loss.shape == (0,) and (weight.grad == 0).all()
+
+
+def test_host_buffers_are_reused_best_fit_and_never_shared():
+    """HostBuffers: a buffer given back is handed out again (no fresh allocation: no page faults),
+    the smallest that fits, and one that is taken is never handed out twice."""
+    from vepo_mcore.models.output_loss import HostBuffers
+
+    pool, cpu = HostBuffers(keep=2), torch.device("cpu")
+    a = pool.take((4, 8), torch.float32, cpu)
+    b = pool.take((100,), torch.float64, cpu)
+    assert a.shape == (4, 8) and a.dtype == torch.float32 and b.dtype == torch.float64
+    assert a.data_ptr() != b.data_ptr()
+    pool.give(a, b, None)
+    c = pool.take((2, 8), torch.bfloat16, cpu)  # fits both: the smaller one (a's) comes back
+    assert c.data_ptr() == a.data_ptr() and c.shape == (2, 8)
+    d = pool.take((2, 8), torch.bfloat16, cpu)  # a's is taken: b's
+    assert d.data_ptr() == b.data_ptr()
+    e = pool.take((2, 8), torch.bfloat16, cpu)  # none free: a new one
+    assert e.data_ptr() not in (a.data_ptr(), b.data_ptr())
+    pool.give(c, d, e)
+    assert len(pool.free) == 2  # keep=2: the largest kept
+    assert max(r.numel() for r in pool.free) == 800

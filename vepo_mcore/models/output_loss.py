@@ -28,6 +28,7 @@ tests/unit/test_output_loss.py).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,10 +36,12 @@ import torch
 import torch.distributed as dist
 
 LOG2E = 1.0 / math.log(2.0)
-CHUNK_BYTES = 64 << 20
-"""One [chunk tokens, V_pad / TP] work buffer of the hidden-state path (forward and backward hold two).
-At V = 152,064 in fp32 that is 110 tokens: large enough for the GEMMs to run near their full rate,
-small enough to stay a few percent of the logits of any realistic micro-batch."""
+CHUNK_BYTES = 256 << 20
+"""One [chunk tokens, V_pad / TP] work buffer of the hidden-state path (the CPT/SFT loss holds one in
+the compute dtype, plus the GEMM output under bf16 weights; the RL log-prob + entropy two). At
+V = 152,064 in fp32 that is 441 tokens: the output layer's GEMMs run at their full rate on CPU
+(the train step against megatron's raw step, benchmarks/train_step.py: 0.90x at 64 MiB, 0.93x at
+128, 0.99x at 256), and it stays a constant well below the logits of a long micro-batch."""
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -109,7 +112,8 @@ def chunk_statistics(
     """Log-prob and entropy of one chunk of this rank's logits (the whole vocabulary across TP).
 
     src [c, valid]: the logits of the real columns, compute dtype (fp32/float64); may be z_buf's own
-    storage (then overwritten). z_buf, e_buf [>= c, valid]: work buffers. picked [c]: the raw target
+    storage (then overwritten). z_buf, e_buf [>= c, valid]: work buffers (e_buf may be z_buf when
+    neither the entropy nor the top-k is wanted: then exp is taken in place). picked [c]: the raw target
     logit where this rank holds the target, else 0. topk: (vocab_size, frac, shard width) for the
     top-k entropy, None for the exact one. need_entropy=False skips the entropy (returned as 0).
     """
@@ -239,6 +243,83 @@ def chunk_tokens(shard_width: int, dtype: torch.dtype, chunk_bytes: int | None =
     return max(1, (CHUNK_BYTES if chunk_bytes is None else chunk_bytes) // row_bytes)
 
 
+class HostBuffers:
+    """Large CPU work buffers kept between calls and handed out again (best fit).
+
+    A fresh CPU allocation of this size is mmap'd and costs a page fault per 4 KiB page on first
+    touch: ~30 ms per 64 MiB on this project's 2-core machine, several times the chunk's own
+    elementwise work. CUDA's caching allocator already reuses its blocks, so elsewhere `take` is
+    torch.empty. At most `keep` buffers are kept (the largest); a buffer must be given back before
+    it is handed out again, so a buffer held from forward to backward is never shared.
+    """
+
+    def __init__(self, keep: int = 4):
+        self.keep = keep
+        self.free: list[torch.Tensor] = []  # flat uint8 tensors
+        self.lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        if device.type != "cpu":
+            return torch.empty(shape, dtype=dtype, device=device)
+        nbytes = math.prod(shape) * dtype.itemsize
+        with self.lock:
+            fits = [raw for raw in self.free if raw.numel() >= max(1, nbytes)]
+            raw = min(fits, key=torch.Tensor.numel) if fits else None
+            if raw is not None:
+                self.free = [r for r in self.free if r is not raw]
+        if raw is None:
+            raw = torch.empty(max(1, nbytes), dtype=torch.uint8)
+        return raw[:nbytes].view(dtype).view(shape)
+
+    def give(self, *tensors: torch.Tensor | None) -> None:
+        """Hand back tensors `take` returned (None and non-CPU tensors are ignored); neither they nor
+        any view of them may be used afterwards."""
+        with self.lock:
+            for t in tensors:
+                if t is None or t.device.type != "cpu":
+                    continue
+                raw = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())  # the whole buffer
+                if all(raw.data_ptr() != f.data_ptr() for f in self.free):
+                    self.free.append(raw)
+            self.free = sorted(self.free, key=torch.Tensor.numel)[-self.keep :]
+
+    def release(self) -> None:
+        """Drop the kept buffers (their memory goes back to the system)."""
+        with self.lock:
+            self.free = []
+
+
+BUFFERS = HostBuffers()
+
+
+def fused_main_grad(weight: torch.Tensor) -> torch.Tensor | None:
+    """weight.main_grad when megatron's DDP owns the weight's gradient (its grad buffer view, with the
+    backward hook that reads `grad_added_to_main_grad`), else None. Then dL/dweight goes straight into
+    it, as megatron's gradient_accumulation_fusion does: no weight-sized gradient tensor, no DDP add."""
+    main_grad = getattr(weight, "main_grad", None)
+    return main_grad if main_grad is not None and hasattr(weight, "grad_added_to_main_grad") else None
+
+
+def dummy_weight_grad(weight: torch.Tensor) -> torch.Tensor:
+    """What backward returns for a weight whose gradient went into main_grad (megatron's convention):
+    the hook then skips it, unless the weight is tied to the embedding on this stage
+    (`zero_out_wgrad`), where the hook adds the summed gradient, so this one must be zeros (a
+    stride-0 view: nothing allocated). An untouched torch.empty costs no page faults either."""
+    weight.grad_added_to_main_grad = True
+    if getattr(weight, "zero_out_wgrad", False):
+        return torch.zeros((), dtype=weight.dtype, device=weight.device).expand(weight.shape)
+    return torch.empty_like(weight)
+
+
+def add_weight_grad(dst: torch.Tensor, g: torch.Tensor, h: torch.Tensor, part: torch.Tensor | None) -> None:
+    """dst [valid, h] += g^T h; g [c, valid], h [c, h]. In one GEMM where the dtypes agree, else
+    through `part` [valid, h] in the GEMM's dtype (bf16 GEMMs summed into an fp32 buffer)."""
+    if dst.dtype == g.dtype == h.dtype:
+        dst.addmm_(g.t(), h)
+    else:
+        dst.add_(torch.mm(g.t(), h, out=part))
+
+
 class _OutputLayerLogprobs(torch.autograd.Function):
     """(hidden [N, h], weight [V_shard, h]) -> (logp [N], entropy [N]) in the compute dtype."""
 
@@ -253,10 +334,11 @@ class _OutputLayerLogprobs(torch.autograd.Function):
         safe_targets = torch.where(in_shard, local, torch.zeros_like(local))
         w = weight[:valid]  # padding rows never take part (their gradient is 0)
         rows = max(1, min(chunk, n))
-        # reused chunk buffers: fresh large allocations cost page faults on CPU
-        l_buf = torch.empty(rows, valid, dtype=weight.dtype, device=dev)
-        z_buf = l_buf if weight.dtype == cdt else torch.empty(rows, valid, dtype=cdt, device=dev)
-        e_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
+        # chunk buffers reused across chunks and calls: fresh large allocations cost page faults on CPU
+        l_buf = BUFFERS.take((rows, valid), weight.dtype, dev)
+        z_buf = l_buf if weight.dtype == cdt else BUFFERS.take((rows, valid), cdt, dev)
+        # exp in place of the shifted logits unless the entropy needs both
+        e_buf = z_buf if not need_entropy and topk is None else BUFFERS.take((rows, valid), cdt, dev)
         out = {k: torch.empty(n, dtype=cdt, device=dev) for k in ("raw_max", "log_sum", "logp", "entropy")}
         if topk is not None:
             out.update(
@@ -281,6 +363,7 @@ class _OutputLayerLogprobs(torch.autograd.Function):
                 early.add_chunk(
                     sl, e_buf, stats.log_sum, hidden[sl], w, l_buf, safe_targets[sl], in_shard[sl]
                 )
+        BUFFERS.give(l_buf, None if z_buf is l_buf else z_buf, None if e_buf is z_buf else e_buf)
         ctx.save_for_backward(
             hidden, weight, safe_targets, in_shard, out["raw_max"], out["log_sum"], out["entropy"],
             out.get("top_thr"), out.get("top_mass"),
@@ -314,14 +397,19 @@ class _OutputLayerLogprobs(torch.autograd.Function):
         target_grad = torch.where(in_shard, grad_logp, torch.zeros_like(grad_logp))
         w = weight[:valid]
         rows = max(1, min(chunk, n))
-        l_buf = torch.empty(rows, valid, dtype=weight.dtype, device=dev)
-        z_buf = l_buf if weight.dtype == cdt else torch.empty(rows, valid, dtype=cdt, device=dev)
-        g_buf = torch.empty(rows, valid, dtype=cdt, device=dev)
-        if low:  # dweight is cast from the fp32 sum after the loop: never held beside it
+        l_buf = BUFFERS.take((rows, valid), weight.dtype, dev)
+        z_buf = l_buf if weight.dtype == cdt else BUFFERS.take((rows, valid), cdt, dev)
+        g_buf = BUFFERS.take((rows, valid), cdt, dev)
+        main_grad = fused_main_grad(weight)
+        if main_grad is not None:  # summed straight into megatron's grad buffer
+            dw_acc = main_grad[:valid]
+        elif low:  # dweight is cast from the fp32 sum after the loop: never held beside it
             dw_acc = torch.zeros(valid, weight.shape[1], dtype=cdt, device=dev)
-            dw_part = torch.empty(valid, weight.shape[1], dtype=weight.dtype, device=dev)
         else:
             grad_weight = torch.zeros_like(weight)
+            dw_acc = grad_weight[:valid]
+        needs_part = not (dw_acc.dtype == weight.dtype == cdt)
+        dw_part = BUFFERS.take((valid, weight.shape[1]), weight.dtype, dev) if needs_part else None
         for start in range(0, n, chunk):
             sl = slice(start, min(n, start + chunk))
             h = hidden[sl]
@@ -335,12 +423,11 @@ class _OutputLayerLogprobs(torch.autograd.Function):
             if low:
                 g = l_buf[: g.shape[0]].copy_(g)
             torch.mm(g, w, out=grad_hidden[sl])
-            if low:
-                dw_acc.add_(torch.mm(g.t(), h, out=dw_part))
-            else:
-                grad_weight[:valid].addmm_(g.t(), h)
-        if low:
-            del dw_part, l_buf, z_buf, g_buf, src, g  # views of the buffers
+            add_weight_grad(dw_acc, g, h, dw_part)
+        BUFFERS.give(l_buf, None if z_buf is l_buf else z_buf, g_buf, dw_part)
+        if main_grad is not None:
+            grad_weight = dummy_weight_grad(weight)
+        elif low:
             grad_weight = _weight_grad_from(dw_acc, weight)
         return (grad_hidden, grad_weight, *nones)
 
@@ -362,26 +449,31 @@ class _EarlyGradients:
     no logits are recomputed (3 output-layer GEMMs per step instead of 4). Backward checks that the
     gradient it receives is the expected one times a scalar s and returns s times these; any other
     gradient (a different loss, the entropy) falls back to recomputing the chunks.
-    Memory held from forward to backward: dL/dhidden [N, h] and dL/dweight, weight-sized, in fp32
-    (+ one bf16 GEMM output) under bf16/fp16 weights: 6 bytes a weight element there, 4 in fp32.
+    Memory held from forward to backward: dL/dhidden [N, h] and dL/dweight [valid, h] in fp32 (+ one
+    bf16 GEMM output under bf16/fp16 weights). Under megatron's DDP the latter is a reused buffer that
+    backward adds, times s, into main_grad (fused_main_grad); otherwise it is the returned gradient.
     """
 
     def __init__(self, expected_grad, temperature, hidden, weight, valid):
-        cdt = compute_dtype(weight.dtype)
+        cdt, dev = compute_dtype(weight.dtype), weight.device
         self.expected = expected_grad.to(cdt)
         self.coef = self.expected / temperature  # d/dlogits = d/dz / tau
         self.grad_hidden = torch.zeros_like(hidden)
         self.first = True
-        self.low = weight.dtype != cdt
         self.weight, self.valid = weight, valid  # weight: the shape and dtype of dL/dweight
-        if self.low:  # bf16/fp16 GEMMs as the output layer's, dweight summed over chunks in fp32
-            self.dw_acc = torch.zeros(valid, weight.shape[1], dtype=cdt, device=weight.device)
-            self.dw_part = torch.empty(valid, weight.shape[1], dtype=weight.dtype, device=weight.device)
-            self.grad_weight = None  # cast from dw_acc in scaled(): not held beside it through forward
+        self.fused = fused_main_grad(weight) is not None
+        shape = (valid, weight.shape[1])
+        if self.fused:  # fp32 sum in a reused buffer, added into main_grad in scaled()
+            self.dw, self.grad_weight = BUFFERS.take(shape, cdt, dev), None
+        elif weight.dtype != cdt:  # fp32 sum, cast in scaled(): not held beside it through forward
+            self.dw, self.grad_weight = torch.empty(shape, dtype=cdt, device=dev), None
         else:
             # the first chunk writes its rows (no zero fill + read of a weight-sized tensor); padding rows 0
             self.grad_weight = torch.empty_like(weight)
             self.grad_weight[valid:] = 0
+            self.dw = self.grad_weight[:valid]
+        low = weight.dtype != self.dw.dtype
+        self.dw_part = BUFFERS.take(shape, weight.dtype, dev) if low else None
 
     def add_chunk(self, sl, e_buf, log_sum, h, w, l_buf, targets, in_shard):
         """e_buf[:c] = exp((z - max) / tau) of the chunk (overwritten), log_sum [c] float64."""
@@ -391,19 +483,41 @@ class _EarlyGradients:
         scale = (-coef.to(torch.float64) * torch.exp(-log_sum)).to(coef.dtype)
         g = e_buf[:c].mul_(scale.unsqueeze(-1))
         g[torch.arange(c, device=g.device), targets] += torch.where(in_shard, coef, torch.zeros_like(coef))
-        if self.low:
+        if self.dw_part is not None:
             g = l_buf[:c].copy_(g)
         torch.mm(g, w, out=self.grad_hidden[sl])
-        if self.low:
-            self.dw_acc.add_(torch.mm(g.t(), h, out=self.dw_part))
-        elif self.first:
-            torch.mm(g.t(), h, out=self.grad_weight[: self.valid])
+        if self.first:  # the first chunk writes dL/dweight: no zero fill
+            torch.mm(g.t(), h, out=self.dw if self.dw_part is None else self.dw_part)
+            if self.dw_part is not None:
+                self.dw.copy_(self.dw_part)
         else:
-            self.grad_weight[: self.valid].addmm_(g.t(), h)
+            add_weight_grad(self.dw, g, h, self.dw_part)
         self.first = False
 
     def scaled(self, grad_logp, grad_entropy):
-        """(s * dL/dhidden, s * dL/dweight) if grad_logp == s * expected and no entropy gradient, else None."""
+        """(s * dL/dhidden, s * dL/dweight) if grad_logp == s * expected and no entropy gradient, else None
+        (then the buffers go back and backward recomputes)."""
+        s = self._factor(grad_logp, grad_entropy)
+        BUFFERS.give(self.dw_part)
+        self.dw_part = None
+        if s is None:
+            if self.fused:
+                BUFFERS.give(self.dw)
+            return None
+        if self.fused:
+            fused_main_grad(self.weight)[: self.valid].add_(self.dw, alpha=s)
+            BUFFERS.give(self.dw)
+            grad_weight = dummy_weight_grad(self.weight)
+        elif self.grad_weight is None:  # bf16/fp16: cast from the fp32 sum
+            grad_weight = _weight_grad_from(self.dw.mul_(s) if s != 1.0 else self.dw, self.weight)
+        else:
+            grad_weight = self.grad_weight if s == 1.0 else self.grad_weight.mul_(s)
+        self.dw = self.grad_weight = None
+        grad_hidden = self.grad_hidden if s == 1.0 else self.grad_hidden.mul_(s)
+        return grad_hidden, grad_weight
+
+    def _factor(self, grad_logp, grad_entropy) -> float | None:
+        """s with grad_logp == s * expected (and no entropy gradient), else None."""
         if grad_logp is None or (grad_entropy is not None and bool(grad_entropy.ne(0).any())):
             return None
         if self.expected.numel() == 0:
@@ -415,15 +529,7 @@ class _EarlyGradients:
         s = grad_logp[k] / self.expected[k]
         if not torch.allclose(grad_logp, s * self.expected, rtol=1e-6, atol=0):
             return None
-        if self.low:
-            self.dw_part = None
-            self.grad_weight = _weight_grad_from(self.dw_acc, self.weight)
-            self.dw_acc = None
-        if s.item() == 1.0:  # megatron seeds backward with 1 unless it scales the loss
-            return self.grad_hidden, self.grad_weight
-        return self.grad_hidden.mul_(s.to(self.grad_hidden.dtype)), self.grad_weight.mul_(
-            s.to(self.grad_weight.dtype)
-        )
+        return s.item()
 
 
 def _chunk_logits(h: torch.Tensor, w: torch.Tensor, l_buf: torch.Tensor, z_buf: torch.Tensor) -> torch.Tensor:
