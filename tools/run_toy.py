@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     add("--max-new-tokens", type=int, default=96, help="evaluation length cap")
     add("--rl-holdout", type=int, default=197, metavar="N",
         help="the last N dev sentences are RL prompts only, never SFT data (0: RL on the SFT sentences)")  # fmt: skip
-    add("--sft-window", type=int, default=1, metavar="K",
+    add("--sft-window", type=int, default=2, metavar="K",
         help="SFT also trains on runs of 2..K consecutive dev sentences, joined (1: single sentences)")  # fmt: skip
     add("--nproc", type=int, default=1, help="training processes")
     add("--threads", type=int, default=2, help="threads per process")

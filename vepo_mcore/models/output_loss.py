@@ -300,14 +300,15 @@ def fused_main_grad(weight: torch.Tensor) -> torch.Tensor | None:
     return main_grad if main_grad is not None and hasattr(weight, "grad_added_to_main_grad") else None
 
 
-def dummy_weight_grad(weight: torch.Tensor) -> torch.Tensor:
-    """What backward returns for a weight whose gradient went into main_grad (megatron's convention):
-    the hook then skips it, unless the weight is tied to the embedding on this stage
-    (`zero_out_wgrad`), where the hook adds the summed gradient, so this one must be zeros (a
-    stride-0 view: nothing allocated). An untouched torch.empty costs no page faults either."""
+def dummy_weight_grad(weight: torch.Tensor) -> torch.Tensor | None:
+    """What backward returns for a weight whose gradient went into main_grad: an untouched
+    torch.empty (megatron's convention; no page is faulted in), which DDP's hook skips once
+    `grad_added_to_main_grad` is set. A weight tied to the embedding on this stage
+    (`zero_out_wgrad`) gets None: the embedding's gradient then reaches the hook alone and is added
+    (megatron returns zeros there, which autograd must sum with it: one weight-sized add a step)."""
     weight.grad_added_to_main_grad = True
     if getattr(weight, "zero_out_wgrad", False):
-        return torch.zeros((), dtype=weight.dtype, device=weight.device).expand(weight.shape)
+        return None
     return torch.empty_like(weight)
 
 
