@@ -173,6 +173,8 @@ def _check_ddp(rank, world, tied):
     two_micro_batches(ddp)
     weight = model.embedding.word_embeddings.weight if tied else model.output_layer.weight
     assert weight.grad_added_to_main_grad  # the output layer wrote main_grad itself
+    embedding = model.embedding.word_embeddings.weight  # its lookup too, where it is the plain one
+    assert embedding.grad_added_to_main_grad is (world == 1 or tied)
     assert getattr(weight, "zero_out_wgrad", False) is tied  # megatron's mark: the hook adds the rest
     assert ref.keys() == {n for n, p in model.named_parameters() if p.requires_grad} and len(ref) > 5
     for name, param in model.named_parameters():
@@ -184,7 +186,8 @@ def _check_ddp(rank, world, tied):
 @pytest.mark.parametrize("tied", [False, True])
 def test_output_weight_gradient_fused_into_ddp_main_grad(world, tied):
     """Under megatron's DDP the output weight's gradient goes straight into main_grad (as megatron's
-    gradient_accumulation_fusion): after two micro-batches (the CPT loss, its gradients built in
+    gradient_accumulation_fusion), and at TP = 1 the input embedding's (models/main_grad.py): after
+    two micro-batches (the CPT loss, its gradients built in
     forward, at a loss scale of 0.5; an RL log-prob + entropy loss, recomputed in backward) every
     main_grad equals the gradients without DDP, the tied embedding's share included."""
     run_processes(_check_ddp, world, args=(tied,))

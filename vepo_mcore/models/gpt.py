@@ -34,6 +34,7 @@ import torch
 from megatron.core.models.gpt import GPTModel
 from megatron.core.tensor_parallel import ColumnParallelLinear
 
+from vepo_mcore.models.main_grad import MainGradEmbedding
 from vepo_mcore.models.output_loss import DeferredOutputLayer, output_layer_cross_entropy
 
 
@@ -44,6 +45,11 @@ class QwenGPTModel(GPTModel):
     chunked_output_loss: bool = True
     _output_mask: torch.Tensor | None = None
     _defer_output_layer: bool = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.pre_process:  # the same module and parameter; its gradient into DDP's main_grad
+            self.embedding.word_embeddings.__class__ = MainGradEmbedding
 
     def forward(
         self, *args, output_mask: torch.Tensor | None = None, defer_output_layer: bool = False, **kwargs

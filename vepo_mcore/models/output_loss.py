@@ -35,6 +35,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from vepo_mcore.models.main_grad import dummy_weight_grad, fused_main_grad
+
 LOG2E = 1.0 / math.log(2.0)
 CHUNK_BYTES = 256 << 20
 """One [chunk tokens, V_pad / TP] work buffer of the hidden-state path (the CPT/SFT loss holds one in
@@ -290,26 +292,6 @@ class HostBuffers:
 
 
 BUFFERS = HostBuffers()
-
-
-def fused_main_grad(weight: torch.Tensor) -> torch.Tensor | None:
-    """weight.main_grad when megatron's DDP owns the weight's gradient (its grad buffer view, with the
-    backward hook that reads `grad_added_to_main_grad`), else None. Then dL/dweight goes straight into
-    it, as megatron's gradient_accumulation_fusion does: no weight-sized gradient tensor, no DDP add."""
-    main_grad = getattr(weight, "main_grad", None)
-    return main_grad if main_grad is not None and hasattr(weight, "grad_added_to_main_grad") else None
-
-
-def dummy_weight_grad(weight: torch.Tensor) -> torch.Tensor | None:
-    """What backward returns for a weight whose gradient went into main_grad: an untouched
-    torch.empty (megatron's convention; no page is faulted in), which DDP's hook skips once
-    `grad_added_to_main_grad` is set. A weight tied to the embedding on this stage
-    (`zero_out_wgrad`) gets None: the embedding's gradient then reaches the hook alone and is added
-    (megatron returns zeros there, which autograd must sum with it: one weight-sized add a step)."""
-    weight.grad_added_to_main_grad = True
-    if getattr(weight, "zero_out_wgrad", False):
-        return None
-    return torch.empty_like(weight)
 
 
 def add_weight_grad(dst: torch.Tensor, g: torch.Tensor, h: torch.Tensor, part: torch.Tensor | None) -> None:
