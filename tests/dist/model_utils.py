@@ -35,6 +35,23 @@ def positions(tokens: torch.Tensor) -> torch.Tensor:
     return torch.arange(tokens.shape[1]).unsqueeze(0).expand_as(tokens)
 
 
+def param_grads(model) -> dict[str, torch.Tensor]:
+    """name -> a copy of each parameter's .grad (those that have one)."""
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def tiny_model(tp: int, tied: bool, seed: int, batch_seed: int, batch_size: int, seq: int):
+    """(model, tokens, labels, positions): model parallel set up at TP = tp (one process per rank),
+    a 2-layer tiny QwenGPTModel, and a random batch [batch_size, seq]."""
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+
+    cfg = tiny_cfg(tp=tp, num_layers=2, tie_word_embeddings=tied)
+    init_model_parallel(cfg.parallel, seed=seed)
+    data = batch(batch_seed, batch_size=batch_size, seq=seq)
+    return build_model(cfg), data["tokens"], data["labels"], positions(data["tokens"])
+
+
 def save_model(model, directory: str) -> None:
     import os
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.dist.model_utils import param_grads
 from vepo_mcore.parallel.launch import run_processes
 
 pytestmark = pytest.mark.dist
-
-
-def _grads(model) -> dict[str, torch.Tensor]:
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def _largest_saved(model, fn) -> int:
@@ -46,17 +43,11 @@ def _gather_rows(weight: torch.Tensor) -> torch.Tensor:
 
 
 def _check(rank, world, tied, masked):
-    from tests.dist.model_utils import VOCAB, batch, positions, tiny_cfg
-    from vepo_mcore.models.builder import build_model
+    from tests.dist.model_utils import VOCAB, tiny_model
     from vepo_mcore.models.output_loss import DeferredOutputLayer, output_layer_logprobs
-    from vepo_mcore.parallel import init_model_parallel
     from vepo_mcore.rl.logprobs import reference_logprobs_and_entropy
 
-    cfg = tiny_cfg(tp=world, num_layers=2, tie_word_embeddings=tied)
-    init_model_parallel(cfg.parallel, seed=7)
-    model = build_model(cfg)
-    data = batch(1, batch_size=3, seq=12)
-    tokens, labels, pos = data["tokens"], data["labels"], positions(data["tokens"])
+    model, tokens, labels, pos = tiny_model(world, tied, seed=7, batch_seed=1, batch_size=3, seq=12)
     mask = torch.zeros_like(tokens, dtype=torch.bool)
     mask[0, 4:] = mask[1, 7:10] = mask[2, :3] = True
     kwargs = {"output_mask": mask} if masked else {}
@@ -70,14 +61,14 @@ def _check(rank, world, tied, masked):
     model.chunked_output_loss = False
     ref_saved, ref = _largest_saved(model, lambda: model(tokens, pos, None, labels=labels, **kwargs))
     (ref * weights).sum().backward()
-    ref_grads = _grads(model)
+    ref_grads = param_grads(model)
     model.zero_grad(set_to_none=True)
     model.chunked_output_loss = True
     # loss_mask: the loss's own weights, so the gradients are built in forward (the early path)
     run = lambda: model(tokens, pos, None, labels=labels, loss_mask=weights, **kwargs)  # noqa: E731
     saved, loss = _largest_saved(model, run)
     (loss * weights).sum().backward()
-    grads = _grads(model)
+    grads = param_grads(model)
     assert loss.shape == ref.shape == tokens.shape
     torch.testing.assert_close(loss * mask, ref * mask, atol=1e-5, rtol=1e-5)
     assert grads.keys() == ref_grads.keys() and len(grads) > 5
@@ -125,14 +116,14 @@ def _check(rank, world, tied, masked):
         targets, 0.7, VOCAB
     )
     ((lp * w_lp).sum() + (h * w_h).sum()).backward()
-    deferred_grads = _grads(model)
+    deferred_grads = param_grads(model)
     model.zero_grad(set_to_none=True)
     logits = model(tokens, pos, None, output_mask=mask)
     from vepo_mcore.rl.logprobs import logprobs_and_entropy
 
     lp2, h2 = logprobs_and_entropy(logits[0], targets, 0.7, vocab_size=VOCAB)
     ((lp2 * w_lp).sum() + (h2 * w_h).sum()).backward()
-    for name, grad in _grads(model).items():
+    for name, grad in param_grads(model).items():
         torch.testing.assert_close(deferred_grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
@@ -144,15 +135,9 @@ def test_chunked_output_layer_equals_megatron_and_float64(world, tied, masked):
 
 
 def _check_ddp(rank, world, tied):
-    from tests.dist.model_utils import VOCAB, batch, positions, tiny_cfg, wrap_ddp
-    from vepo_mcore.models.builder import build_model
-    from vepo_mcore.parallel import init_model_parallel
+    from tests.dist.model_utils import VOCAB, tiny_model, wrap_ddp
 
-    cfg = tiny_cfg(tp=world, num_layers=2, tie_word_embeddings=tied)
-    init_model_parallel(cfg.parallel, seed=7)
-    model = build_model(cfg)
-    data = batch(2, batch_size=2, seq=10)
-    tokens, labels, pos = data["tokens"], data["labels"], positions(data["tokens"])
+    model, tokens, labels, pos = tiny_model(world, tied, seed=7, batch_seed=2, batch_size=2, seq=10)
     weights = torch.rand(tokens.shape) * (torch.arange(10) % 3 != 0)
     mask = weights > 0.3
     targets = labels[mask]
@@ -166,7 +151,7 @@ def _check_ddp(rank, world, tied):
         ((lp * w_lp).sum() + (h * w_h).sum()).backward()
 
     two_micro_batches(model)
-    ref = _grads(model)
+    ref = param_grads(model)
     model.zero_grad(set_to_none=True)
     ddp = wrap_ddp(model)
     ddp.zero_grad_buffer()

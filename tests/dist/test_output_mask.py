@@ -7,35 +7,26 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.dist.model_utils import param_grads
 from vepo_mcore.parallel.launch import run_processes
 
 pytestmark = pytest.mark.dist
 
 
-def _grads(model) -> dict[str, torch.Tensor]:
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
 def _check(rank, world, tied):
-    from tests.dist.model_utils import batch, positions, tiny_cfg
-    from vepo_mcore.models.builder import build_model
-    from vepo_mcore.parallel import init_model_parallel
+    from tests.dist.model_utils import tiny_model
 
-    cfg = tiny_cfg(tp=world, num_layers=2, tie_word_embeddings=tied)
-    init_model_parallel(cfg.parallel, seed=5)
-    model = build_model(cfg)
-    data = batch(0, batch_size=3, seq=12)
-    tokens, labels, pos = data["tokens"], data["labels"], positions(data["tokens"])
+    model, tokens, labels, pos = tiny_model(world, tied, seed=5, batch_seed=0, batch_size=3, seq=12)
     mask = torch.zeros_like(tokens, dtype=torch.bool)
     mask[0, 4:] = mask[1, 7:10] = mask[2, :1] = True
 
     full = model(tokens, pos, None, labels=labels)  # [b, s] per-token loss
     (full * mask).sum().backward()
-    full_grads = _grads(model)
+    full_grads = param_grads(model)
     model.zero_grad(set_to_none=True)
     sel = model(tokens, pos, None, labels=labels, output_mask=mask)
     sel.sum().backward()
-    sel_grads = _grads(model)
+    sel_grads = param_grads(model)
     torch.testing.assert_close(sel, full * mask, atol=1e-6, rtol=1e-5)
     assert (sel[~mask] == 0).all()
     assert sel_grads.keys() == full_grads.keys() and len(sel_grads) > 5
