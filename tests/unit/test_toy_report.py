@@ -1,8 +1,55 @@
-"""toy.report.one_seed_wall: the recipe's cost comes only from a seed that timed every stage."""
+"""The toy report's headline numbers come from the anchor's comparison set (the first 50 devtest
+sentences of each direction) even when the evaluation covered more; the larger set is reported
+beside them, never mixed in. The recipe's wall time comes only from a seed that timed every stage."""
 
 from __future__ import annotations
 
-from vepo_mcore.toy.report import SEED_STAGES, one_seed_wall
+import json
+
+from vepo_mcore.eval.heldout import write_records
+from vepo_mcore.toy.report import COMPARE_SENTENCES, SEED_STAGES, one_seed_wall, seed_result
+
+
+def _records(n: int, passes) -> list[dict]:
+    out = []
+    for direction in ("en-th", "th-en"):
+        for i in range(n):
+            ok = passes(i)
+            out.append({"direction": direction, "index": i, "source": "s", "hypothesis": "h",
+                        "response_tokens": 10, "stop": True, "lang": True, "length": ok,
+                        "format": True, "mixing": True, "overall": ok, "chrf": 20.0 if ok else 10.0})  # fmt: skip
+    return out
+
+
+def test_headline_uses_the_comparison_set_and_the_rest_is_reported_apart(tmp_path):
+    root = tmp_path / "seed3"
+    root.mkdir()
+    n = 3 * COMPARE_SENTENCES
+    # SFT passes the first 50 sentences and fails the rest; RL passes everything.
+    write_records(_records(n, lambda i: i < COMPARE_SENTENCES), root / "heldout_sft.jsonl")
+    write_records(_records(n, lambda i: True), root / "heldout_rl.jsonl")
+    (root / "timings.json").write_text(json.dumps({"sft": 1.0, "rl": 2.0}))
+
+    result = seed_result(root)
+    assert result["seed"] == 3
+    assert result["sft"]["n"] == result["rl"]["n"] == 2 * COMPARE_SENTENCES
+    assert result["sft"]["overall_pass"] == 100.0  # the failures past sentence 50 are not in the headline
+    assert result["delta_ci95"]["overall_pass"] == [0.0, 0.0]
+    assert result["all"]["sft"]["n"] == 2 * n
+    assert abs(result["all"]["sft"]["overall_pass"] - 100.0 / 3) < 1e-9
+    lo, hi = result["all"]["delta_ci95"]["overall_pass"]
+    assert 0 < lo <= 200 / 3 <= hi
+
+
+def test_no_extra_block_when_only_the_comparison_set_was_evaluated(tmp_path):
+    root = tmp_path / "seed0"
+    root.mkdir()
+    write_records(_records(COMPARE_SENTENCES, lambda i: i % 2 == 0), root / "heldout_sft.jsonl")
+    write_records(_records(COMPARE_SENTENCES, lambda i: True), root / "heldout_rl.jsonl")
+    (root / "timings.json").write_text("{}")
+    result = seed_result(root)
+    assert "all" not in result
+    assert result["sft"]["overall_pass"] == 50.0
 
 
 def test_one_seed_wall_takes_the_fastest_complete_seed_and_skips_copied_stages():
