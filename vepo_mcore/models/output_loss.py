@@ -391,8 +391,12 @@ class _OutputLayerLogprobs(torch.autograd.Function):
         else:
             grad_weight = torch.zeros_like(weight)
             dw_acc = grad_weight[:valid]
-        needs_part = not (dw_acc.dtype == weight.dtype == cdt)
-        dw_part = BUFFERS.take((valid, weight.shape[1]), weight.dtype, dev) if needs_part else None
+        # the GEMMs run in the weight's dtype (g is cast to it under bf16): a sum in another goes via a part
+        dw_part = (
+            BUFFERS.take((valid, weight.shape[1]), weight.dtype, dev)
+            if dw_acc.dtype != weight.dtype
+            else None
+        )
         for start in range(0, n, chunk):
             sl = slice(start, min(n, start + chunk))
             h = hidden[sl]
@@ -444,9 +448,9 @@ class _EarlyGradients:
         self.grad_hidden = torch.zeros_like(hidden)
         self.first = True
         self.weight, self.valid = weight, valid  # weight: the shape and dtype of dL/dweight
-        self.fused = fused_main_grad(weight) is not None
+        self.main_grad = fused_main_grad(weight)
         shape = (valid, weight.shape[1])
-        if self.fused:  # fp32 sum in a reused buffer, added into main_grad in scaled()
+        if self.main_grad is not None:  # fp32 sum in a reused buffer, added into main_grad in scaled()
             self.dw, self.grad_weight = BUFFERS.take(shape, cdt, dev), None
         elif weight.dtype != cdt:  # fp32 sum, cast in scaled(): not held beside it through forward
             self.dw, self.grad_weight = torch.empty(shape, dtype=cdt, device=dev), None
@@ -484,11 +488,11 @@ class _EarlyGradients:
         BUFFERS.give(self.dw_part)
         self.dw_part = None
         if s is None:
-            if self.fused:
+            if self.main_grad is not None:
                 BUFFERS.give(self.dw)
             return None
-        if self.fused:
-            fused_main_grad(self.weight)[: self.valid].add_(self.dw, alpha=s)
+        if self.main_grad is not None:
+            self.main_grad[: self.valid].add_(self.dw, alpha=s)
             BUFFERS.give(self.dw)
             grad_weight = dummy_weight_grad(self.weight)
         elif self.grad_weight is None:  # bf16/fp16: cast from the fp32 sum
