@@ -45,7 +45,8 @@ CHUNK_BYTES = 256 << 20
 the compute dtype, plus the GEMM output under bf16 weights; the RL log-prob + entropy two). At
 V = 152,064 in fp32 that is 441 tokens: the output layer's GEMMs run at their full rate on CPU
 (the train step against megatron's raw step, benchmarks/train_step.py: 0.90x at 64 MiB, 0.93x at
-128, 0.99x at 256), and it stays a constant well below the logits of a long micro-batch."""
+128, 0.99x at 256), and it stays a constant well below the logits of a long micro-batch. N tokens
+go in the fewest chunks this allows, of equal size (`even_chunk`)."""
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
