@@ -84,6 +84,18 @@ def test_loss_weighted_cross_entropy_as_precise_as_torch_fp32_at_full_vocab_and_
         assert (mine - exact).abs().max() <= 1.5 * (theirs - exact).abs().max() + 2e-6
 
 
+def test_default_chunks_are_the_fewest_the_budget_allows_and_of_equal_size():
+    from vepo_mcore.models.output_loss import even_chunk
+
+    assert even_chunk(512, 441) == 256  # not 441 + 71
+    assert even_chunk(460, 441) == 230
+    assert even_chunk(441, 441) == 441 and even_chunk(100, 441) == 100
+    assert even_chunk(1000, 7) == 7 and even_chunk(0, 441) == 1
+    for n, most in ((512, 441), (1023, 100), (7, 3)):
+        size = even_chunk(n, most)
+        assert size <= most and -(-n // size) == -(-n // most)
+
+
 def test_cross_entropy_equals_torch_cross_entropy_and_its_grads():
     hidden, weight, targets = _inputs(n=30, rows=50)
     loss = output_layer_cross_entropy(hidden, weight, targets, chunk_size=7)

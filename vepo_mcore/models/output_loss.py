@@ -262,8 +262,8 @@ def chunk_tokens(shard_width: int, dtype: torch.dtype, chunk_bytes: int | None =
 def even_chunk(n: int, most: int) -> int:
     """Tokens per chunk for n tokens in chunks of at most `most`: the fewest chunks, of equal size.
 
-    An output-layer GEMM's time is about a fixed part (streaming the weight or its gradient) plus a
-    part per row, so a short last chunk pays the fixed part for little work (fp32, V = 152k, 2 cores:
+    An output-layer GEMM's time is about a fixed part (MKL packs the whole [V, h] weight for the
+    logits and the dgrad GEMM of every chunk) plus a part per row, so a short last chunk pays the fixed part for little work (fp32, V = 152k, 2 cores:
     2.1 ms per row for the three GEMMs at 70 rows, 1.44 at 256, 1.37 at 442); equal chunks spread
     the rows over the same number of GEMMs.
     """
@@ -465,7 +465,8 @@ class _EarlyGradients:
 
     A CPT/SFT loss is sum_i w_i * loss_i (w = the loss mask), so dL/dlogp_i = -w_i times whatever
     megatron's schedule seeds backward with (1, or the loss scale). Forward already holds each chunk's
-    exp(z - max) and the normaliser, so p - onehot costs one pass and the two gradient GEMMs follow:
+    exp(z - max) and the normaliser, so the gradient needs no pass over the chunk (the target's term
+    goes in place, the per-token scale on the GEMMs' small operands) and the two gradient GEMMs follow:
     no logits are recomputed (3 output-layer GEMMs per step instead of 4). Backward checks that the
     gradient it receives is the expected one times a scalar s and returns s times these; any other
     gradient (a different loss, the entropy) falls back to recomputing the chunks.
