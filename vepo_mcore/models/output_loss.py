@@ -263,9 +263,9 @@ def even_chunk(n: int, most: int) -> int:
     """Tokens per chunk for n tokens in chunks of at most `most`: the fewest chunks, of equal size.
 
     An output-layer GEMM's time is about a fixed part (MKL packs the whole [V, h] weight for the
-    logits and the dgrad GEMM of every chunk) plus a part per row, so a short last chunk pays the fixed part for little work (fp32, V = 152k, 2 cores:
-    2.1 ms per row for the three GEMMs at 70 rows, 1.44 at 256, 1.37 at 442); equal chunks spread
-    the rows over the same number of GEMMs.
+    logits and the dgrad GEMM of every chunk) plus a part per row, so a short last chunk pays the
+    fixed part for little work (fp32, V = 152k, 2 cores: 2.1 ms per row for the three GEMMs at 70
+    rows, 1.44 at 256, 1.37 at 442); equal chunks spread the rows over the same number of GEMMs.
     """
     chunks = max(1, -(-n // max(1, most)))
     return max(1, -(-n // chunks))
