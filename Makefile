@@ -40,7 +40,7 @@ test: setup
 quickstart: setup
 	bash examples/quickstart_cpu.sh
 
-# The toy recipe that learns: 3 seeds of the whole chain (~35 min each on 2 cores) -> reports/toy/
+# The toy recipe that learns: 3 seeds of the whole chain (~40 min each on 2 cores) -> reports/toy/
 toy: setup
 	$(PY) tools/run_toy.py --seeds 0 1 2
 
