@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
-from vepo_mcore.eval.heldout import paired_deltas, read_records, summarize, write_records
+from vepo_mcore.eval.heldout import (
+    mismatched_chrf,
+    paired_deltas,
+    read_records,
+    same_opening_share,
+    summarize,
+    write_records,
+)
+from vepo_mcore.rewards.mt import chrf_score
 
 
 def _record(direction: str, index: int, stop: bool, overall: bool, chrf: float) -> dict:
@@ -51,6 +59,46 @@ def test_summary_and_deltas(tmp_path):
     assert 20.0 < lo <= 50.0 <= hi < 80.0
     write_records(rl, tmp_path / "r.jsonl")
     assert read_records(tmp_path / "r.jsonl") == rl
+
+
+SENTENCES = ["The cat sat on the mat near the door.", "Rain fell over the northern hills all night.",
+             "Engineers repaired the old bridge in March.", "Children played football in the park."]  # fmt: skip
+
+
+def _translations(direction: str, hypotheses: list[str]) -> list[dict]:
+    return [{**_record(direction, i, True, True, 100.0 * chrf_score(h, SENTENCES[i])),
+             "reference": SENTENCES[i], "hypothesis": h} for i, h in enumerate(hypotheses)]  # fmt: skip
+
+
+def test_source_measures_tell_a_translator_from_a_policy_that_ignores_its_source():
+    faithful = _translations("de-en", SENTENCES)
+    generic = _translations("de-en", ["The old man sat in the park all night."] * 4)
+    # Each hypothesis against the next sentence's reference (cyclic), computed with sacreBLEU here.
+    expected = [100.0 * chrf_score(SENTENCES[i], SENTENCES[(i + 1) % 4]) for i in range(4)]
+    assert mismatched_chrf(faithful) == pytest.approx(expected)
+    exact, ignores = summarize(faithful), summarize(generic)
+    assert exact["chrf"] == pytest.approx(100.0)
+    assert exact["chrf_source"] == pytest.approx(100.0 - sum(expected) / 4)
+    # The same text for every prompt scores equally against every reference on average: no source gain.
+    assert ignores["chrf"] > 10.0 and ignores["chrf_source"] == pytest.approx(0.0, abs=1e-9)
+    assert exact["same_opening"] == 25.0 and ignores["same_opening"] == 100.0
+    lo, hi = paired_deltas(generic, faithful)["chrf_source"]
+    assert lo > 50.0 and hi > lo
+
+
+def test_mismatched_references_stay_inside_a_direction_and_follow_the_index():
+    records = _translations("de-en", SENTENCES[:2]) + _translations("fr-en", SENTENCES[2:4])
+    shuffled = [records[1], records[3], records[0], records[2]]
+    scores = dict(zip((id(r) for r in shuffled), mismatched_chrf(shuffled)))
+    assert scores[id(records[0])] == pytest.approx(100.0 * chrf_score(SENTENCES[0], SENTENCES[1]))
+    assert scores[id(records[1])] == pytest.approx(100.0 * chrf_score(SENTENCES[1], SENTENCES[0]))
+    # fr-en's references are SENTENCES[0:2]: each direction is scored against its own references.
+    assert scores[id(records[2])] == pytest.approx(100.0 * chrf_score(SENTENCES[2], SENTENCES[1]))
+    assert same_opening_share(shuffled, chars=4) == 50.0  # "The " / "Rain", "Engi" / "Chil": 1 of 2 each
+    records[1]["hypothesis"] = "The rain fell."
+    assert same_opening_share(shuffled, chars=4) == 75.0  # de-en now opens alike twice
+    with pytest.raises(ValueError, match="no held-out records"):
+        same_opening_share([])
 
 
 def test_deltas_refuse_different_sentences(tmp_path):

@@ -15,7 +15,7 @@ def _records(n: int, passes) -> list[dict]:
     for direction in ("en-th", "th-en"):
         for i in range(n):
             ok = passes(i)
-            out.append({"direction": direction, "index": i, "source": "s", "hypothesis": "h",
+            out.append({"direction": direction, "index": i, "source": "s", "reference": "r", "hypothesis": "h",
                         "response_tokens": 10, "stop": True, "lang": True, "length": ok,
                         "format": True, "mixing": True, "overall": ok, "chrf": 20.0 if ok else 10.0})  # fmt: skip
     return out

@@ -3,6 +3,7 @@ how good is it (chrF++), and is one policy better than another with a 95% interv
 
     records = heldout_records(engine, tokenizer, "en-th,th-en", n=50, max_new_tokens=96)
     summary = summarize(records)          # stop_rate, lang_pass, length_pass, ... in percent, chrf
+                                          # chrf_source, same_opening
     deltas = paired_deltas(sft_records, rl_records)   # metric -> (lo, hi) of mean(rl - sft)
 
 A record is one devtest sentence under greedy decoding: direction, index, source, reference,
@@ -10,11 +11,18 @@ hypothesis, response_tokens, stop (ended with a stop token before the cap), lang
 format / mixing / overall (the RLVR verifiers of vepo_mcore/rewards, as tools/verify_constraints.py
 computes them) and chrf (sacreBLEU sentence chrF++, 0-100). Records are plain dicts, written as
 jsonl, so two runs can be compared later without the models.
+
+Two measures say whether a policy translates or writes text that ignores its source, which a
+chrF++ reward can push a small policy toward: ``chrf_source``, the chrF++ a hypothesis earns above
+the same hypothesis scored against the reference of another sentence of its direction
+(:func:`mismatched_chrf`), and ``same_opening``, the share of hypotheses that begin like their
+direction's most common opening (:func:`same_opening_share`).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,8 +39,16 @@ METRICS = {
     "mixing_pass": "mixing",
     "overall_pass": "overall",
     "chrf": "chrf",
+    "chrf_source": "chrf",
 }
-"""Summary name -> record field. Pass rates are in percent, chrf on sacreBLEU's 0-100 scale."""
+"""Summary name -> record field. Pass rates are in percent, chrf on sacreBLEU's 0-100 scale;
+chrf_source is chrf minus :func:`mismatched_chrf` (chrF++ points that depend on the source)."""
+LABELS = {"stop_rate": "stop", "lang_pass": "lang", "length_pass": "length", "mixing_pass": "mixing",
+          "overall_pass": "overall", "chrf": "chrF++", "chrf_source": "chrF++ from src",
+          "same_opening": "same opening"}  # fmt: skip
+"""Column label of each summary value (METRICS and same_opening)."""
+OPENING_CHARS = 20
+"""Characters of a hypothesis that make its opening (same_opening_share)."""
 
 
 def heldout_records(
@@ -77,15 +93,58 @@ def heldout_records(
     ]
 
 
+def _by_direction(records: Sequence[dict]) -> dict[str, list[int]]:
+    """direction -> positions of its records in `records`, in sentence-index order."""
+    groups: dict[str, list[int]] = {}
+    for position, record in enumerate(records):
+        groups.setdefault(record["direction"], []).append(position)
+    return {d: sorted(members, key=lambda i: records[i]["index"]) for d, members in groups.items()}
+
+
+def mismatched_chrf(records: Sequence[dict]) -> list[float]:
+    """[N] sentence chrF++ (0-100) of each hypothesis against the reference of the next sentence of
+    its direction in `records` (by index, the last one against the first): what a policy scores
+    with text that does not depend on the source. A direction with one sentence has no other
+    reference; its record is scored against its own (chrf_source 0)."""
+    from vepo_mcore.rewards.mt import chrf_score
+
+    out = [0.0] * len(records)
+    for members in _by_direction(records).values():
+        for k, position in enumerate(members):
+            other = records[members[(k + 1) % len(members)]]
+            out[position] = 100.0 * chrf_score(records[position]["hypothesis"], other["reference"])
+    return out
+
+
+def same_opening_share(records: Sequence[dict], chars: int = OPENING_CHARS) -> float:
+    """Percent of hypotheses whose first `chars` characters are their direction's most common
+    opening: near 100 when a policy answers every prompt of a direction alike."""
+    if not records:
+        raise ValueError("no held-out records")
+    top = 0
+    for members in _by_direction(records).values():
+        openings = Counter(records[i]["hypothesis"][:chars] for i in members)
+        top += openings.most_common(1)[0][1]
+    return 100.0 * top / len(records)
+
+
+def metric_values(records: Sequence[dict], name: str) -> list[float]:
+    """[N] per-sentence values of METRICS[name]: pass rates as 0 / 100, chrF++ points."""
+    field = METRICS[name]
+    if name == "chrf_source":
+        return [float(r[field]) - m for r, m in zip(records, mismatched_chrf(records))]
+    scale = 1.0 if name == "chrf" else 100.0
+    return [scale * float(r[field]) for r in records]
+
+
 def summarize(records: Sequence[dict]) -> dict[str, float]:
-    """Mean of each METRICS field (pass rates in percent) and the mean response length in tokens."""
+    """Mean of each METRICS value (pass rates in percent), same_opening (percent) and the mean
+    response length in tokens."""
     if not records:
         raise ValueError("no held-out records to summarize")
     n = len(records)
-    out = {name: sum(float(r[field]) for r in records) / n for name, field in METRICS.items()}
-    for name in METRICS:
-        if name != "chrf":
-            out[name] *= 100.0
+    out = {name: sum(metric_values(records, name)) / n for name in METRICS}
+    out["same_opening"] = same_opening_share(records)
     out["response_tokens"] = sum(r["response_tokens"] for r in records) / n
     out["n"] = n
     return out
@@ -102,15 +161,13 @@ def _aligned(base: Sequence[dict], system: Sequence[dict]) -> list[tuple[dict, d
 
 def paired_deltas(base: Sequence[dict], system: Sequence[dict], seed: int = 12345) -> dict[str, list[float]]:
     """metric -> [lo, hi], the 95% paired-bootstrap interval of mean(system - base) per sentence
-    (pass rates in percentage points, chrf in chrF++ points)."""
+    (pass rates in percentage points, chrf and chrf_source in chrF++ points)."""
     pairs = _aligned(base, system)
-    out = {}
-    for name, field in METRICS.items():
-        scale = 1.0 if name == "chrf" else 100.0
-        a = [scale * float(b[field]) for b, _ in pairs]
-        b = [scale * float(s[field]) for _, s in pairs]
-        out[name] = list(paired_mean_diff_ci(a, b, seed=seed))
-    return out
+    before, after = [b for b, _ in pairs], [s for _, s in pairs]
+    return {
+        name: list(paired_mean_diff_ci(metric_values(before, name), metric_values(after, name), seed=seed))
+        for name in METRICS
+    }
 
 
 def write_records(records: Sequence[dict], path: str | Path) -> None:

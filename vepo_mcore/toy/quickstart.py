@@ -9,10 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from vepo_mcore.eval.heldout import paired_deltas, read_records, summarize
-
-LABELS = {"stop_rate": "stop", "lang_pass": "lang", "length_pass": "length", "mixing_pass": "mixing",
-          "overall_pass": "overall", "chrf": "chrF++"}  # fmt: skip
+from vepo_mcore.eval.heldout import LABELS, METRICS, paired_deltas, read_records, summarize
 
 
 def _rows(path: Path) -> list[dict]:
@@ -32,8 +29,8 @@ def _change(before: list[dict], after: list[dict], names: list[str], label: str)
         verdict = (
             "includes 0: no change shown at this size" if lo <= 0 <= hi else ("up" if lo > 0 else "down")
         )
-        unit = "" if name == "chrf" else "%"
-        lines.append(f"     {LABELS[name]:8s} {a[name]:6.1f}{unit} -> {b[name]:6.1f}{unit}   "
+        unit = "" if name.startswith("chrf") else "%"
+        lines.append(f"     {LABELS[name]:15s} {a[name]:6.1f}{unit} -> {b[name]:6.1f}{unit}   "
                      f"[{lo:+6.1f}, {hi:+6.1f}]  {verdict}")  # fmt: skip
     return lines
 
@@ -74,7 +71,10 @@ def quickstart_summary(run: Path) -> str:
     if all(path.is_file() for path in held.values()):
         records = {name: read_records(path) for name, path in held.items()}
         lines += _change(records["cpt"], records["sft"], ["stop_rate", "lang_pass"], "before SFT -> SFT")
-        lines += _change(records["sft"], records["rl"], list(LABELS), "SFT -> RL")
+        lines += _change(records["sft"], records["rl"], list(METRICS), "SFT -> RL")
+        same = {name: summarize(records[name])["same_opening"] for name in ("sft", "rl")}
+        lines.append(f"     {LABELS['same_opening']:15s} {same['sft']:6.1f}% -> {same['rl']:6.1f}%   "
+                     "(answers that open like their direction's most common opening)")  # fmt: skip
         lines.append("     (a short run: where an interval includes 0, the toy recipe shows the full result:")
         lines.append("      python tools/run_toy.py --seeds 0 1 2, reports/toy/README.md)")
     scores = run / "eval_rl" / "scores.json"
