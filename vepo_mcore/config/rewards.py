@@ -10,7 +10,8 @@ class RewardsConfig:
     """R = R_mt + w_len r_len + w_fmt r_fmt + w_lid r_lid + w_mix r_mix, each term clipped."""
 
     mt: str = "chrf"
-    """Translation-quality term, a registered reward term: 'chrf' (chrF++/100), 'bleu' (sentence
+    """Translation-quality term, a registered reward term: 'chrf' (chrF++/100), 'chrf_contrast'
+    (chrF++ above other sentences of the target language: rewards/contrast.py), 'bleu' (sentence
     BLEU/100), 'comet' (COMET-22), 'rm' (the reward model), or 'none'."""
     weights: dict[str, float] = field(
         default_factory=lambda: {"mt": 1.0, "length": 0.3, "format": 0.2, "lid": 0.4, "mixing": 0.3}
@@ -45,6 +46,11 @@ class RewardsConfig:
     weighted)."""
     zeta_rep: float = 2.0
     """Slope of the repetition penalty above the threshold."""
+    contrast_references: int = 8
+    """mt = 'chrf_contrast': K, the other target-language sentences (FLORES dev) each response is also
+    scored against."""
+    contrast_weight: float = 1.0
+    """mt = 'chrf_contrast': w, the weight of their mean chrF++ (0 gives plain chrF++)."""
     comet_checkpoint: str | None = None
     """COMET-22 checkpoint path (needed when mt = 'comet')."""
     comet_batch_size: int = 16
@@ -85,6 +91,11 @@ class RewardsConfig:
             )
         if self.rm_batch_size < 1:
             raise ValueError(f"rl.rewards.rm_batch_size must be >= 1, got {self.rm_batch_size}")
+        if self.contrast_references < 1 or self.contrast_weight < 0:
+            raise ValueError(
+                "rl.rewards.contrast_references must be >= 1 and rl.rewards.contrast_weight >= 0, "
+                f"got {self.contrast_references} and {self.contrast_weight}"
+            )
         if self.comet_batch_size < 1:
             raise ValueError(f"rl.rewards.comet_batch_size must be >= 1, got {self.comet_batch_size}")
 

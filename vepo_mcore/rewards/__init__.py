@@ -6,7 +6,7 @@ Add a reward in one file: decorate ``fn(samples, cfg) -> list[float] | TermResul
 
 # The built-in terms register when imported. Terms of the layers above (the reward model's `rm`,
 # vepo_mcore/rm/reward.py) register when their module is imported: the RL trainer imports it.
-from vepo_mcore.rewards import format, length, lid, mixing, mt, repetition  # noqa: E402, F401, I001  (registration)
+from vepo_mcore.rewards import contrast, format, length, lid, mixing, mt, repetition  # noqa: E402, F401, I001  (registration)
 from vepo_mcore.rewards.registry import (
     TermResult,
     get_reward,

@@ -72,7 +72,7 @@ def comet_scores(
     return [float(score) for score in prediction.scores]
 
 
-def _references(samples: list[Sample], metric: str) -> list[str]:
+def require_references(samples: list[Sample], metric: str) -> list[str]:
     missing = [i for i, s in enumerate(samples) if s.reference is None]
     if missing:
         raise ValueError(
@@ -83,7 +83,7 @@ def _references(samples: list[Sample], metric: str) -> list[str]:
 
 
 def _per_reference(samples: list[Sample], metric: str, score) -> list[float]:
-    references = _references(samples, metric)
+    references = require_references(samples, metric)
     return [score(s, ref) for s, ref in zip(samples, references)]
 
 
@@ -108,7 +108,7 @@ def comet_reward(samples: list[Sample], cfg: RewardsConfig) -> list[float]:
         )
     if not samples:
         return []
-    _references(samples, "comet")
+    require_references(samples, "comet")
     return comet_scores(samples, cfg.comet_checkpoint, cfg.comet_batch_size)
 
 
