@@ -180,13 +180,8 @@ def write_hypothesis_dir(records: Sequence[dict], hyp_dir: str | Path) -> Path:
     """DIR/{src}-{tgt}.txt, one hypothesis per line in sentence order (tools/evaluate.py --hyp-dir)."""
     out = Path(hyp_dir)
     out.mkdir(parents=True, exist_ok=True)
-    by_direction: dict[str, list[dict]] = {}
-    for r in records:
-        by_direction.setdefault(r["direction"], []).append(r)
-    for direction, rows in by_direction.items():
-        write_hypotheses(
-            out / f"{direction}.txt", [r["hypothesis"] for r in sorted(rows, key=lambda r: r["index"])]
-        )
+    for direction, members in _by_direction(records).items():
+        write_hypotheses(out / f"{direction}.txt", [records[i]["hypothesis"] for i in members])
     return out
 
 

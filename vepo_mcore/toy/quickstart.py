@@ -9,7 +9,14 @@ from pathlib import Path
 
 import yaml
 
-from vepo_mcore.eval.heldout import LABELS, METRICS, paired_deltas, read_records, summarize
+from vepo_mcore.eval.heldout import (
+    LABELS,
+    METRICS,
+    paired_deltas,
+    read_records,
+    same_opening_share,
+    summarize,
+)
 
 
 def _rows(path: Path) -> list[dict]:
@@ -72,7 +79,7 @@ def quickstart_summary(run: Path) -> str:
         records = {name: read_records(path) for name, path in held.items()}
         lines += _change(records["cpt"], records["sft"], ["stop_rate", "lang_pass"], "before SFT -> SFT")
         lines += _change(records["sft"], records["rl"], list(METRICS), "SFT -> RL")
-        same = {name: summarize(records[name])["same_opening"] for name in ("sft", "rl")}
+        same = {name: same_opening_share(records[name]) for name in ("sft", "rl")}
         lines.append(f"     {LABELS['same_opening']:15s} {same['sft']:6.1f}% -> {same['rl']:6.1f}%   "
                      "(answers that open like their direction's most common opening)")  # fmt: skip
         lines.append("     (a short run: where an interval includes 0, the toy recipe shows the full result:")
