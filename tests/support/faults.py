@@ -108,7 +108,11 @@ def build_data(workdir: Path) -> None:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+    """The launch environment, without a MASTER_PORT the test process may hold: init_distributed sets
+    one in os.environ when a test initialises in-process, and every launch inheriting it would share
+    that port (EADDRINUSE as soon as two overlap or one is left behind)."""
+    inherited = {k: v for k, v in os.environ.items() if k != "MASTER_PORT"}
+    return {**inherited, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
 
 
 def _check(proc: subprocess.CompletedProcess) -> None:
