@@ -62,3 +62,24 @@ def test_doubled_and_empty_outputs_fail():
 def test_unknown_direction_lists_the_known_ones():
     with pytest.raises(ValueError, match="known directions: en-fil"):
         typical_ratio("en", "xx")
+
+
+def test_taper_slopes_down_to_the_outside_term():
+    interval = (0.5, 1.7)
+    assert length_term(1.2, interval, taper=1.2) == 1.0
+    assert length_term(1.45, interval, taper=1.2) == pytest.approx(0.5)
+    assert length_term(1.7, interval, taper=1.2) == pytest.approx(0.0)
+    # continuous at the upper end: just outside, the SPEC term starts from 0 as well
+    assert length_term(1.7 + 1e-9, interval, taper=1.2) == pytest.approx(0.0, abs=1e-8)
+    assert length_term(0.5, interval, taper=1.2) == 1.0  # the lower side is unchanged
+    assert length_term(1.6, interval) == 1.0  # no taper: flat, as SPEC section 5
+
+
+def test_taper_outside_the_interval_is_refused():
+    with pytest.raises(ValueError, match="length_taper"):
+        RewardsConfig(length_interval=(0.5, 1.7), length_taper=1.8).validate()
+    src, ref = load_flores("en")[0], load_flores("vi")[0]
+    long = Sample(source=src, response=f"{ref} {ref[: len(ref) // 2]}", src_lang="en", tgt_lang="vi")
+    cfg = RewardsConfig(length_interval=(0.5, 2.0), length_taper=1.0)
+    result = length_reward([long], cfg)
+    assert result.passed == [True] and 0 < result.values[0] < 1

@@ -27,6 +27,10 @@ class RewardsConfig:
     """Accepted normalised length ratio rho."""
     sigma_len: float = 1.0
     """Length penalty per unit distance outside the interval."""
+    length_taper: float | None = None
+    """Not in the paper (a toy option): rho above which r_len falls linearly from +1 to 0 at the
+    interval's upper end, where the term outside begins, so an answer growing past the typical length
+    meets a slope before the edge instead of a step at it. None: flat inside the interval (SPEC)."""
     format_w_preserve: float = 1.0
     """w_p: weight of structural-token preservation."""
     format_w_broken: float = 0.5
@@ -72,6 +76,11 @@ class RewardsConfig:
             raise ValueError(
                 "rl.rewards.length_interval must be (low, high) with 0 < low < high, "
                 f"got {self.length_interval}"
+            )
+        if self.length_taper is not None and not low < self.length_taper < high:
+            raise ValueError(
+                f"rl.rewards.length_taper must lie inside length_interval {self.length_interval}, "
+                f"got {self.length_taper}"
             )
         if self.clip <= 0:
             raise ValueError(f"rl.rewards.clip must be positive, got {self.clip}")

@@ -4,7 +4,8 @@ rho = (|y| / |x|) / typical(src, tgt), lengths in characters of the stripped str
 typical(src, tgt) is the median ratio over FLORES-200 dev pairs of that direction (the table in
 vepo_mcore/assets/length_ratios.json, written by tools/build_length_table.py). A normal
 translation therefore has rho ~ 1 in every direction, whatever the scripts involved.
-r_len = +1 if rho is in [lo, hi], else -sigma_len * (distance from rho to the interval).
+r_len = +1 if rho is in [lo, hi], else -sigma_len * (distance from rho to the interval). With the
+toy option ``length_taper`` t, r_len = (hi - rho) / (hi - t) for rho in (t, hi]: continuous at hi.
 """
 
 from __future__ import annotations
@@ -52,11 +53,14 @@ def length_ratio(source: str, hypothesis: str, src_lang: str, tgt_lang: str) -> 
     return (len(hypothesis.strip()) / src_len) / typical_ratio(src_lang, tgt_lang)
 
 
-def length_term(rho: float, interval: tuple[float, float] = (0.5, 2.0), sigma: float = 1.0) -> float:
-    """+1 inside the interval, else -sigma * distance to it."""
+def length_term(
+    rho: float, interval: tuple[float, float] = (0.5, 2.0), sigma: float = 1.0, taper: float | None = None
+) -> float:
+    """+1 inside the interval (falling linearly to 0 at its upper end from rho = taper, if given),
+    else -sigma * distance to it."""
     low, high = interval
     if low <= rho <= high:
-        return 1.0
+        return 1.0 if taper is None or rho <= taper else (high - rho) / (high - taper)
     distance = low - rho if rho < low else rho - high
     return -sigma * distance if math.isfinite(distance) else -math.inf
 
@@ -68,7 +72,7 @@ def length_reward(samples: list[Sample], cfg: RewardsConfig | None = None) -> Te
     rhos = [length_ratio(s.source, s.response, s.src_lang, s.tgt_lang) for s in samples]
     low, high = cfg.length_interval
     return TermResult(
-        values=[length_term(rho, cfg.length_interval, cfg.sigma_len) for rho in rhos],
+        values=[length_term(rho, cfg.length_interval, cfg.sigma_len, cfg.length_taper) for rho in rhos],
         raw=rhos,
         passed=[low <= rho <= high for rho in rhos],
     )
