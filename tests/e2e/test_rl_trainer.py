@@ -95,6 +95,18 @@ def test_other_losses_run_through_the_trainer(tmp_path, loss):
         assert 0.0 < hist[0]["rl/dynamic_sampling_kept"] <= 1.0
 
 
+def test_dynamic_sampling_with_only_constant_groups_trains_on(tmp_path):
+    # No reward term active: every group of every round has one reward. The step must run on (zero
+    # advantages) instead of ending the run, as it would without dynamic sampling.
+    off = ["--rl.rewards.mt", "none"]
+    for term in ("length", "format", "lid", "mixing"):
+        off += [f"--rl.rewards.weights.{term}", "0"]
+    (hist,) = _run([_cfg(tmp_path / "ds", 1, "--rl.filtering.dynamic_sampling", "true", *off)], tmp_path)
+    assert hist[0]["rollout/ds_exhausted"] == 1.0 and hist[0]["rollout/sampling_rounds"] == 4.0
+    assert hist[0]["filter/groups_kept"] == 0.0 and math.isfinite(hist[0]["train/loss"])
+    assert abs(hist[0]["rl/adv_mean"]) < 1e-6 and hist[0]["rl/adv_std"] < 1e-6
+
+
 def test_7b_recipe_validates_on_cpu():
     env = {**os.environ, "PYTHON": sys.executable}
     ok = subprocess.run(
