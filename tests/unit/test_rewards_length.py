@@ -78,6 +78,9 @@ def test_taper_slopes_down_to_the_outside_term():
 def test_taper_outside_the_interval_is_refused():
     with pytest.raises(ValueError, match="length_taper"):
         RewardsConfig(length_interval=(0.5, 1.7), length_taper=1.8).validate()
+
+
+def test_length_reward_applies_the_configured_taper():
     src, ref = load_flores("en")[0], load_flores("vi")[0]
     long = Sample(source=src, response=f"{ref} {ref[: len(ref) // 2]}", src_lang="en", tgt_lang="vi")
     cfg = RewardsConfig(length_interval=(0.5, 2.0), length_taper=1.0)

@@ -156,7 +156,7 @@ class RLTrainer:
             if rounds == 0:
                 metrics.update(filter_metrics)
                 metrics.update(_reward_metrics(samples))
-            constant = chosen
+            last_round = chosen
             if rl.filtering.dynamic_sampling:
                 chosen, ds_metrics = dynamic_sampling(chosen)
                 metrics.update(ds_metrics) if rounds == 0 else None
@@ -164,7 +164,7 @@ class RLTrainer:
             rounds += 1
             if rounds == MAX_SAMPLING_ROUNDS and len(kept) < per_rank * rl.filtering.group_size:
                 metrics["rollout/ds_exhausted"] = float(not kept)
-                kept = _fill_by_repeating(kept, per_rank * rl.filtering.group_size, constant)
+                kept = _fill_by_repeating(kept, per_rank * rl.filtering.group_size, last_round)
         metrics["rollout/sampling_rounds"] = float(rounds)
         return kept, metrics
 
@@ -303,13 +303,13 @@ def _dp_group():
     return ps.get_data_parallel_group()
 
 
-def _fill_by_repeating(samples: list[Sample], rows: int, constant: list[Sample]) -> list[Sample]:
+def _fill_by_repeating(samples: list[Sample], rows: int, last_round: list[Sample]) -> list[Sample]:
     """Dynamic sampling ran out of rounds: repeat whole kept groups. With none kept (every group of every
     round had one reward, as a policy whose sampling entropy has collapsed gives), train on the last
     round's groups: their advantages are zero, so the step changes nothing but the run goes on, as it
     would without dynamic sampling (the step logs rollout/ds_exhausted = 1)."""
     if not samples:
-        return constant[:rows]
+        return last_round[:rows]
     out, i = list(samples), 0
     while len(out) < rows:
         out.append(samples[i % len(samples)])
