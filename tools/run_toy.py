@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         help="the last N dev sentences are RL prompts only, never SFT data (0: RL on the SFT sentences)")  # fmt: skip
     add("--sft-window", type=int, default=2, metavar="K",
         help="SFT also trains on runs of 2..K consecutive dev sentences, joined (1: single sentences)")  # fmt: skip
+    add("--sft-copy-swaps", type=int, default=0, metavar="N",
+        help="SFT also trains on N copies of each pair that keeps a name or number verbatim, those words swapped")  # fmt: skip
     add("--nproc", type=int, default=1, help="training processes")
     add("--threads", type=int, default=2, help="threads per process")
     add("--report-dir", default="reports/toy", help="where summary.json and results.md go")
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = ToyPlan(out=Path(args.out), seeds=args.seeds, directions=args.directions, nproc=args.nproc,
                    threads=args.threads, iters=iters, overrides=overrides, eval_sentences=args.eval_sentences,
                    max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout,
-                   sft_window=args.sft_window)  # fmt: skip
+                   sft_window=args.sft_window, sft_copy_swaps=args.sft_copy_swaps)  # fmt: skip
     seed_dirs = run_toy(plan)
     if args.no_report:
         return 0

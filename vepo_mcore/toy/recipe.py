@@ -62,6 +62,9 @@ class ToyPlan:
     sft_window: int = 1
     """> 1: SFT also trains on runs of 2..sft_window consecutive sentences, joined
     (data.sft_build.direction_examples); the vocabulary is trimmed on single sentences either way."""
+    sft_copy_swaps: int = 0
+    """> 0: SFT also trains on that many copies of every sentence pair that keeps a name or number
+    verbatim, those words replaced on both sides (data.sft_build.swap_shared_words)."""
     log: object = sys.stdout
 
     @property
@@ -286,16 +289,18 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
 
 def _sft_and_rl_split(plan: ToyPlan, all_dev: Path) -> tuple[Path, str]:
     """The SFT file and the RL prompts' sentence range under plan.rl_holdout and plan.sft_window."""
-    if plan.rl_holdout <= 0 and plan.sft_window == 1:
+    if plan.rl_holdout <= 0 and plan.sft_window == 1 and plan.sft_copy_swaps == 0:
         return all_dev, ":"
     from vepo_mcore.data.sft_build import direction_examples
 
     first = len(load_flores("en", "dev")) - max(plan.rl_holdout, 0)
     window = "" if plan.sft_window == 1 else f"_window{plan.sft_window}"
-    path = all_dev.with_name(f"translation_first{first}{window}.jsonl")
+    swaps = "" if plan.sft_copy_swaps == 0 else f"_swaps{plan.sft_copy_swaps}"
+    path = all_dev.with_name(f"translation_first{first}{window}{swaps}.jsonl")
     if not path.is_file():
         pairs = [(d.src, d.tgt) for d in parse_directions(plan.directions)]
-        rows = direction_examples(pairs, sentences=f":{first}", window=plan.sft_window)
+        rows = direction_examples(pairs, sentences=f":{first}", window=plan.sft_window,
+                                  copy_swaps=plan.sft_copy_swaps)  # fmt: skip
         write_records(rows, path)
     return path, f"{first}:" if plan.rl_holdout > 0 else ":"
 
