@@ -107,6 +107,46 @@ def test_dynamic_sampling_with_only_constant_groups_trains_on(tmp_path):
     assert abs(hist[0]["rl/adv_mean"]) < 1e-6 and hist[0]["rl/adv_std"] < 1e-6
 
 
+def _heldout(rank, world, checkpoint, directions, sentences, out):
+    from vepo_mcore.eval.generate import load_policy_engine
+    from vepo_mcore.eval.heldout import heldout_records, summarize
+
+    _, tokenizer, engine = load_policy_engine(checkpoint)
+    records = heldout_records(engine, tokenizer, directions, 0, 6, split="dev", sentences=sentences)
+    Path(out).write_text(json.dumps(summarize(records)))
+
+
+def test_validation_every_eval_interval_scores_held_out_dev_prompts_like_eval_heldout(tmp_path):
+    """rl.eval_sentences on 2 data-parallel ranks: valid/* rows at each eval_interval step, equal to
+    tools/eval_heldout.py's summary of the saved policy on the same sentences."""
+    cfg = _cfg(tmp_path / "v", 2, "--rl.prompt_sentences", ":990", "--rl.eval_sentences", "990:993",
+               "--training.eval_interval", "1")  # fmt: skip
+    out = tmp_path / "hist.json"
+    run_processes(_train, 2, args=([cfg], str(out)))
+    (hist,) = json.loads(out.read_text())
+    assert [r["step"] for r in hist] == [1, 2]
+    ref = tmp_path / "ref.json"
+    run_processes(_heldout, 1, args=(str(tmp_path / "v"), "en-th,zh-en", "990:993", str(ref)))
+    expected = json.loads(ref.read_text())
+    assert set(expected) >= {"stop_rate", "overall_pass", "chrf", "lang_pass"}
+    for key, value in expected.items():
+        assert hist[1][f"valid/{key}"] == pytest.approx(value, abs=1e-9), key
+    assert hist[0]["valid/prompts"] == hist[1]["valid/prompts"] == 6  # 3 sentences x 2 directions, once each
+
+
+def test_validation_sentences_are_refused_when_they_overlap_training_or_never_run():
+    with pytest.raises(ValueError, match="overlaps rl.prompt_sentences"):
+        _cfg(Path("unused"), 1, "--rl.eval_sentences", "990:", "--training.eval_interval", "1")
+    with pytest.raises(ValueError, match="overlaps rl.prompt_sentences '800:'"):
+        _cfg(Path("unused"), 1, "--rl.prompt_sentences", "800:", "--rl.eval_sentences", "700:801",
+             "--training.eval_interval", "1")  # fmt: skip
+    with pytest.raises(ValueError, match="set training.eval_interval"):
+        _cfg(Path("unused"), 1, "--rl.prompt_sentences", "800:", "--rl.eval_sentences", "700:800")
+    ok = _cfg(Path("unused"), 1, "--rl.prompt_sentences", "800:", "--rl.eval_sentences", "700:800",
+              "--training.eval_interval", "1")  # fmt: skip
+    assert ok.rl.eval_sentences == "700:800"
+
+
 def test_7b_recipe_validates_on_cpu():
     env = {**os.environ, "PYTHON": sys.executable}
     ok = subprocess.run(

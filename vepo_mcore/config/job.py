@@ -52,6 +52,11 @@ class JobConfig:
         self.eval.validate()
         self.rm.validate()
         self.memory.validate()
+        if self.rl.eval_sentences and self.training.eval_interval <= 0:
+            raise ValueError(
+                f"rl.eval_sentences {self.rl.eval_sentences!r} is never evaluated with training.eval_interval "
+                f"{self.training.eval_interval}: set training.eval_interval to validate every N RL steps"
+            )
         if self.model.num_layers % self.parallel.pipeline_model_parallel_size:
             raise ValueError(
                 f"model.num_layers ({self.model.num_layers}) must be divisible by "

@@ -206,6 +206,10 @@ class RLConfig:
     prompt_sentences: str = ":"
     """Which sentences of that split, as START:STOP ('800:' = from the 801st on): keeps RL prompts
     apart from sentences the SFT data already translated (the policy has memorised those)."""
+    eval_sentences: str = ""
+    """Validation: sentences of prompt_split (START:STOP, apart from prompt_sentences) translated
+    greedily in every direction every training.eval_interval RL steps, their constraint pass rates
+    and chrF++ logged as valid/* (as tools/eval_heldout.py scores devtest). "" = no validation."""
 
     def validate(self) -> None:
         # rl.loss.name is checked against the loss registry, a layer above the config, by
@@ -220,6 +224,17 @@ class RLConfig:
             sentence_range(self.prompt_sentences)
         except ValueError as err:
             raise ValueError(f"rl.prompt_sentences: {err}") from None
+        if self.eval_sentences:
+            try:
+                held, prompts = sentence_range(self.eval_sentences), sentence_range(self.prompt_sentences)
+            except ValueError as err:
+                raise ValueError(f"rl.eval_sentences: {err}") from None
+            if _overlap(held, prompts):
+                raise ValueError(
+                    f"rl.eval_sentences {self.eval_sentences!r} overlaps rl.prompt_sentences "
+                    f"{self.prompt_sentences!r}: validation must use sentences RL does not train on "
+                    "(e.g. rl.prompt_sentences '800:947' and rl.eval_sentences '947:')"
+                )
         if self.kl.measure_interval < 1:
             raise ValueError(f"rl.kl.measure_interval must be >= 1, got {self.kl.measure_interval}")
         if self.filtering.num_candidates < self.filtering.group_size:
@@ -258,3 +273,13 @@ class RLConfig:
         if self.prompts_per_step < 1 or self.ppo_epochs < 1 or self.mini_batches < 1:
             raise ValueError("rl.prompts_per_step, rl.ppo_epochs and rl.mini_batches must be >= 1")
         self.rewards.validate()
+
+
+def _overlap(a: slice, b: slice) -> bool:
+    """Whether two sentence ranges (slices with non-negative bounds or None) share an index."""
+    inf = float("inf")
+    lo, hi = (
+        max(a.start or 0, b.start or 0),
+        min(inf if a.stop is None else a.stop, inf if b.stop is None else b.stop),
+    )
+    return lo < hi

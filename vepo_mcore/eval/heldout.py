@@ -28,7 +28,7 @@ from pathlib import Path
 
 from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
 from vepo_mcore.eval.translate import write_hypotheses
-from vepo_mcore.languages import load_flores
+from vepo_mcore.languages import load_flores, sentence_range
 from vepo_mcore.translation.directions import parse_directions
 from vepo_mcore.translation.prompts import clean_hypothesis, prompt_samples
 
@@ -59,8 +59,12 @@ def heldout_records(
     max_new_tokens: int,
     split: str = "devtest",
     batch_size: int = 64,
+    sentences: str | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> list[dict]:
-    """Greedy translations of the first `n` `split` sentences of each direction, checked and scored."""
+    """Greedy translations of the first `n` `split` sentences of each direction (or of the START:STOP
+    range `sentences`, n then unused), checked and scored. shard (k, m): the k-th of every m
+    prompts, so m data-parallel ranks share the work."""
     from vepo_mcore.rewards.constraints import check_samples
     from vepo_mcore.rewards.mt import chrf_score
     from vepo_mcore.rollout.base import SamplingParams
@@ -68,10 +72,14 @@ def heldout_records(
     sampling = SamplingParams(
         temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=tokenizer.stop_ids
     )
+    rows = sentence_range(sentences) if sentences is not None else slice(n)
     samples = []
     for direction in parse_directions(directions):
-        sources, references = load_flores(direction.src, split)[:n], load_flores(direction.tgt, split)[:n]
-        prompts = prompt_samples(direction, sources, tokenizer, references)
+        sources, references = load_flores(direction.src, split), load_flores(direction.tgt, split)
+        indices = range(len(sources))[rows]
+        prompts = prompt_samples(direction, sources, tokenizer, references, indices=indices)[
+            shard[0] :: shard[1]
+        ]
         for start in range(0, len(prompts), batch_size):
             samples += engine.generate(prompts[start : start + batch_size], sampling)
     for s in samples:

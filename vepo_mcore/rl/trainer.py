@@ -16,6 +16,7 @@ go and where a restarted run resumes from.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import time
@@ -124,8 +125,26 @@ class RLTrainer:
         self.iteration += 1
         return metrics, int(metrics.pop("rollout/tokens", 0.0))
 
-    def evaluate(self) -> None:
-        return None  # held-out evaluation runs on the saved checkpoints (tools/eval_heldout.py)
+    def evaluate(self) -> dict[str, float] | None:
+        """Greedy answers to the rl.eval_sentences prompts of every direction, each data-parallel
+        rank its share: their stop rate, constraint pass rates and chrF++ (eval.heldout.summarize,
+        the numbers tools/eval_heldout.py gives for devtest) and how many prompts were scored; None
+        without rl.eval_sentences."""
+        from vepo_mcore.eval.heldout import heldout_records, summarize
+
+        rl = self.cfg.rl
+        if not rl.eval_sentences:
+            return None
+        with self.awake_engine():
+            records = heldout_records(self.engine, self.tokenizer, rl.directions, 0, rl.rollout.sampling.max_new_tokens,
+                                      split=rl.prompt_split, batch_size=rl.rollout.batch_size,
+                                      sentences=rl.eval_sentences, shard=(self.dp_rank, self.dp_size))  # fmt: skip
+        shares = [None] * self.dp_size
+        dist.all_gather_object(shares, records, group=_dp_group())
+        records = [r for share in shares for r in share]
+        if not records:
+            raise ValueError(f"rl.eval_sentences {rl.eval_sentences!r} selects no {rl.prompt_split} sentence")
+        return {**summarize(records), "prompts": float(len(records))}
 
     def finish(self, history: list[dict[str, float]]) -> None:
         from vepo_mcore.training.curves import plot_curves
@@ -168,19 +187,23 @@ class RLTrainer:
         metrics["rollout/sampling_rounds"] = float(rounds)
         return kept, metrics
 
-    def generate(self, prompts: list[Sample], seed: int) -> list[Sample]:
-        """Wake the engine, push the newest weights if it keeps its own copy, sample, release memory."""
-
+    @contextlib.contextmanager
+    def awake_engine(self):
+        """Wake the engine and push the newest weights if it keeps its own copy; release its memory after."""
         self.engine.wake()
         if self.weights_stale or not self.engine.weights_survive_sleep:
             from vepo_mcore.rollout.weight_sync import sync_weights
 
             sync_weights(self.engine, self.model, self.cfg)
             self.weights_stale = False
-        sampling = self.cfg.rl.rollout.sampling.with_stops(self.tokenizer.stop_ids, seed=seed)
-        samples = self.engine.generate(prompts, sampling)
+        yield self.engine
         self.engine.sleep()
-        return samples
+
+    def generate(self, prompts: list[Sample], seed: int) -> list[Sample]:
+        """The rollout's samples of `prompts` at the rollout's sampling settings."""
+        sampling = self.cfg.rl.rollout.sampling.with_stops(self.tokenizer.stop_ids, seed=seed)
+        with self.awake_engine():
+            return self.engine.generate(prompts, sampling)
 
     def experience(self, samples: list[Sample], metrics: dict[str, float]) -> xp.Experience:
         """The rollout as tensors for the loss: old/reference log-probs at tau, critic values, advantages."""
