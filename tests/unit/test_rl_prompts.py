@@ -135,3 +135,35 @@ def test_copy_swaps_replace_shared_words_alike_on_both_sides_and_nothing_else():
         assert tgt == f"Từ {a} đến {b}." and {a, b} <= {"Lima", "Oslo"}
     with pytest.raises(ValueError, match="copy_swaps must be >= 0"):
         direction_examples([("en", "vi")], "dev", copy_swaps=-1)
+
+
+def test_toy_rl_validation_takes_the_last_rl_sentences_and_picks_the_best_checkpoint(tmp_path):
+    from vepo_mcore.toy.recipe import ToyPlan, _validation_split, select_rl_checkpoint
+
+    assert _validation_split(ToyPlan(out=tmp_path, rl_holdout=197), "800:") == ("800:", [])
+    prompts, args = _validation_split(ToyPlan(out=tmp_path, rl_holdout=197, rl_validation=50), "800:")
+    assert prompts == "800:947" and args[:4] == [
+        "--rl.eval_sentences",
+        "947:",
+        "--training.eval_interval",
+        "40",
+    ]
+    cfg = RLConfig(prompt_sentences=prompts, eval_sentences=args[1])
+    cfg.validate()  # apart: accepted
+    with pytest.raises(ValueError, match="must be below rl_holdout"):
+        _validation_split(ToyPlan(out=tmp_path, rl_holdout=0, rl_validation=50), ":")
+    # Checkpoints 40, 80, 120 with validation rows (120's on disk too), 160 without a checkpoint.
+    rl = tmp_path / "rl"
+    scores = {40: (90.0, 14.0), 80: (93.0, 14.5), 120: (92.0, 15.5), 160: (99.0, 20.0)}
+    rows = [{"step": s, "train/loss": 0.1} for s in range(1, 161)]
+    rows += [{"step": s, "valid/overall_pass": o, "valid/chrf": c, "valid/stop_rate": 100.0}
+             for s, (o, c) in scores.items()]  # fmt: skip
+    rl.mkdir()
+    (rl / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for step in (40, 80, 120):
+        (rl / f"iter_{step:07d}").mkdir()
+    assert select_rl_checkpoint(tmp_path) == rl / "iter_0000080"  # 107.5 beats 104.0 and 107.5 later
+    choice = json.loads((tmp_path / "rl_selected.json").read_text())
+    assert choice["step"] == 80 and choice["score"] == 107.5 and set(choice["valid"]) == {"40", "80", "120"}
+    (rl / "iter_0000160").mkdir()
+    assert select_rl_checkpoint(tmp_path) == rl / "iter_0000160"

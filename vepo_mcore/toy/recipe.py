@@ -62,6 +62,12 @@ class ToyPlan:
     sft_window: int = 1
     """> 1: SFT also trains on runs of 2..sft_window consecutive sentences, joined
     (data.sft_build.direction_examples); the vocabulary is trimmed on single sentences either way."""
+    rl_validation: int = 0
+    """> 0: the last N RL prompt sentences are held out of RL as its validation set
+    (rl.eval_sentences), scored every rl_eval_interval steps, each of those checkpoints kept; the
+    held-out evaluation then takes the one with the best validation overall pass + chrF++
+    (OUT/seed<N>/rl_selected.json). Needs rl_holdout > N. 0: the last RL checkpoint."""
+    rl_eval_interval: int = 40
     sft_copy_swaps: int = 0
     """> 0: SFT also trains on that many copies of every sentence pair that keeps a name or number
     verbatim, those words replaced on both sides (data.sft_build.swap_shared_words)."""
@@ -254,6 +260,7 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
     base_data = _data_paths({"en": paths["base_data"] / "cpt_en_text_document"})
     cpt_data = _data_paths({lang: paths["cpt_data"] / f"cpt_{lang}_text_document" for lang in plan.langs})
     sft_file, rl_prompts = _sft_and_rl_split(plan, paths["sft"])
+    rl_prompts, validation = _validation_split(plan, rl_prompts)
     # What RL trains on, for the runs that start from this seed's SFT checkpoint (the grid).
     root.mkdir(parents=True, exist_ok=True)
     prompts = {"directions": plan.directions, "prompt_sentences": rl_prompts}
@@ -263,7 +270,7 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
     resize = [sys.executable, str(TOOLS / "resize_embeddings.py"), "--megatron-load", str(root / "base"),
               "--megatron-save", str(root / "resized"), "--tokenizer", str(toy_tok), "--base-tokenizer", str(base_tok)]  # fmt: skip
     rl_from_sft = ["--rl.directions", plan.directions, "--rl.prompt_sentences", rl_prompts,
-                   "--training.checkpoint.load", str(root / "sft")]  # fmt: skip
+                   "--training.checkpoint.load", str(root / "sft"), *validation]  # fmt: skip
     trainings = [  # (stage, its checkpoint, how to run it)
         ("base", "base", lambda: train("base", "pretrain_cpt.py", base_tok, base_data)),
         ("resize", "resized", lambda: _run(plan, resize, logs / "resize.log")),
@@ -275,7 +282,10 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
         stage(name, _has_checkpoint(root / checkpoint), fn)
     for name in ("cpt", "sft", "rl"):  # cpt: the policy before SFT, for the base -> SFT change
         out = root / f"heldout_{name}.jsonl"
-        command = [sys.executable, str(TOOLS / "eval_heldout.py"), "--checkpoint", str(root / name),
+        checkpoint = root / name
+        if name == "rl" and plan.rl_validation > 0:
+            checkpoint = select_rl_checkpoint(root)
+        command = [sys.executable, str(TOOLS / "eval_heldout.py"), "--checkpoint", str(checkpoint),
                    "--directions", plan.directions, "--max-sentences", str(plan.eval_sentences),
                    "--max-new-tokens", str(plan.max_new_tokens), "--out", str(out), "--hyp-dir",
                    str(root / f"hyps_{name}")]  # fmt: skip
@@ -285,6 +295,48 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
             lambda command=command, name=name: _run(plan, command, logs / f"eval_{name}.log"),
         )
     return root
+
+
+def _validation_split(plan: ToyPlan, rl_prompts: str) -> tuple[str, list[str]]:
+    """(RL's prompt sentences, its validation overrides) under plan.rl_validation: the last N of the
+    prompt sentences become rl.eval_sentences."""
+    if plan.rl_validation <= 0:
+        return rl_prompts, []
+    if plan.rl_validation >= plan.rl_holdout:
+        raise ValueError(
+            f"rl_validation ({plan.rl_validation}) must be below rl_holdout ({plan.rl_holdout}): validation "
+            "comes from the RL sentences, which SFT never saw, and RL needs some left to train on"
+        )
+    first, end = int(rl_prompts.rstrip(":")), len(load_flores("en", "dev"))
+    split, every = end - plan.rl_validation, str(plan.rl_eval_interval)
+    return f"{first}:{split}", ["--rl.eval_sentences", f"{split}:", "--training.eval_interval", every,
+                                "--training.checkpoint.save_interval", every, "--training.checkpoint.keep_last", "0"]  # fmt: skip
+
+
+SELECTION = ("overall_pass", "chrf")
+"""The validation metrics whose sum picks the RL checkpoint (pass rate in percent + chrF++ 0-100)."""
+
+
+def select_rl_checkpoint(root: Path) -> Path:
+    """The RL checkpoint of root (a seed directory) with the best validation score (SELECTION summed
+    over the valid/* row of its step; the earliest of equals), recorded in root/rl_selected.json."""
+    from vepo_mcore.training.checkpointing import iteration_dir
+
+    rows = []
+    for line in (root / "rl" / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line) if line.strip() else {}
+        if all(f"valid/{k}" in row for k in SELECTION) and iteration_dir(root / "rl", row["step"]).is_dir():
+            rows.append(row)
+    if not rows:
+        raise FileNotFoundError(
+            f"{root / 'rl'}: no checkpoint with a validation row (run RL with rl_validation)"
+        )
+    best = max(rows, key=lambda r: (sum(r[f"valid/{k}"] for k in SELECTION), -r["step"]))
+    choice = {"step": best["step"], "score": sum(best[f"valid/{k}"] for k in SELECTION),
+              "criterion": " + ".join(f"valid/{k}" for k in SELECTION),
+              "valid": {r["step"]: {k[6:]: v for k, v in r.items() if k.startswith("valid/")} for r in rows}}  # fmt: skip
+    (root / "rl_selected.json").write_text(json.dumps(choice, indent=1) + "\n")
+    return iteration_dir(root / "rl", best["step"])
 
 
 def _sft_and_rl_split(plan: ToyPlan, all_dev: Path) -> tuple[Path, str]:

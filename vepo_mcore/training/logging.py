@@ -178,6 +178,8 @@ def _summary(row: dict[str, float]) -> str:
     for name, label, fmt in (
         ("train/loss", "loss", "{:.4f}"),
         ("valid/loss", "valid loss", "{:.4f}"),
+        ("valid/overall_pass", "valid overall", "{:.1f}%"),
+        ("valid/chrf", "valid chrF++", "{:.2f}"),
         ("train/lr", "lr", "{:.2e}"),
         ("train/grad_norm", "gnorm", "{:.3f}"),
         ("perf/tokens_per_s", "tok/s", "{:.0f}"),
