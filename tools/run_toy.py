@@ -43,8 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     add("--rl-validation", type=int, default=0, metavar="N",
         help="the last N RL dev sentences validate RL every --rl-eval-interval steps; the best checkpoint is evaluated")  # fmt: skip
     add("--rl-eval-interval", type=int, default=40, metavar="STEPS", help="RL steps between validations")
-    add("--sft-copy-swaps", type=int, default=0, metavar="N",
-        help="SFT also trains on N copies of each pair that keeps a name or number verbatim, those words swapped")  # fmt: skip
     add("--nproc", type=int, default=1, help="training processes")
     add("--threads", type=int, default=2, help="threads per process")
     add("--report-dir", default="reports/toy", help="where summary.json and results.md go")
@@ -57,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = ToyPlan(out=Path(args.out), seeds=args.seeds, directions=args.directions, nproc=args.nproc,
                    threads=args.threads, iters=iters, overrides=overrides, eval_sentences=args.eval_sentences,
                    max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout,
-                   sft_window=args.sft_window, sft_copy_swaps=args.sft_copy_swaps,
+                   sft_window=args.sft_window,
                    rl_validation=args.rl_validation, rl_eval_interval=args.rl_eval_interval)  # fmt: skip
     seed_dirs = run_toy(plan)
     if args.no_report:

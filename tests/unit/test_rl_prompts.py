@@ -4,9 +4,7 @@ the sentences SFT translated."""
 from __future__ import annotations
 
 import json
-import re
 
-import numpy as np
 import pytest
 
 from vepo_mcore.config.rl import RLConfig
@@ -83,58 +81,6 @@ def test_sft_window_adds_joined_runs_of_consecutive_sentences_inside_the_sft_ran
     ]
     assert prompts == "990:" and len(users) == 990 + 989  # no run reaches into the RL sentences
     assert any(en[989] in u for u in users) and not any(en[i] in u for u in users for i in range(990, 997))
-
-
-def test_shared_words_are_whole_names_and_numbers_kept_verbatim_on_both_sides():
-    from vepo_mcore.data.sft_build import shared_words
-
-    source = "Dr. Ehud Ur met 12 Anhs in Paris at 9:30 with a Paris-born EU official."
-    target = "Tiến sĩ Ehud Ur gặp 12 người ở Paris lúc 9:30 cùng một quan chức EUX Anh."
-    # "Ur" and "12" whole on both sides; "Dr" and "Anhs" not in the target; "EU" only inside "EUX";
-    # "Anh" is a target word, but the source has it only inside "Anhs"
-    assert shared_words(source, target) == ["12", "30", "Ehud", "Paris", "Ur"]
-    assert shared_words("plain text", "văn bản") == []
-
-
-def test_copy_swaps_replace_shared_words_alike_on_both_sides_and_nothing_else():
-    from vepo_mcore.data.sft_build import shared_words, swap_shared_words
-
-    en, vi = load_flores("en", "dev"), load_flores("vi", "dev")
-    rows = direction_examples([("en", "vi")], "dev", sentences=":40", copy_swaps=3)
-    sharing = [i for i in range(40) if shared_words(en[i], vi[i])]
-    assert len(sharing) >= 10 and len(rows) == 40 + 3 * len(sharing)
-    names = {w for i in range(40) for w in shared_words(en[i], vi[i]) if not w[0].isdigit()}
-    runs = re.compile(r"[A-Za-z0-9]+")
-    for k, i in enumerate(sharing):
-        words = shared_words(en[i], vi[i])
-        answers = set()
-        for row in rows[40 + 3 * k : 40 + 3 * k + 3]:
-            user, answer = (m["content"] for m in row["messages"])
-            source = user.split("\n\n", 1)[1]
-            # the same text between words; a shared word became a pool name or as many digits
-            assert runs.split(source) == runs.split(en[i])
-            swap = {}
-            for old, new in zip(runs.findall(en[i]), runs.findall(source)):
-                if old not in words:
-                    assert new == old
-                elif old[0].isdigit():
-                    assert re.fullmatch(rf"\d{{{len(old)}}}", new) and swap.setdefault(old, new) == new
-                else:
-                    assert new in names and swap.setdefault(old, new) == new
-            # the answer is the reference with the same replacements
-            expected = re.sub(r"[A-Za-z0-9]+", lambda m, swap=swap: swap.get(m.group(0), m.group(0)), vi[i])
-            assert answer == expected
-            answers.add(answer)
-        assert answers - {vi[i]}  # the copies differ from the original
-    # a new word is never swapped a second time: "Lima" -> "Oslo" and "Oslo" -> "Lima" at once
-    rng = np.random.default_rng(0)
-    pair = ("From Oslo to Lima.", "Từ Oslo đến Lima.")
-    for _ in range(5):
-        src, tgt = swap_shared_words(*pair, rng, ["Lima", "Oslo"])
-        _, a, _, b = runs.findall(src)
-        assert tgt == f"Từ {a} đến {b}." and {a, b} <= {"Lima", "Oslo"}
-    with pytest.raises(ValueError, match="copy_swaps must be >= 0"):
-        direction_examples([("en", "vi")], "dev", copy_swaps=-1)
 
 
 def test_toy_rl_validation_takes_the_last_rl_sentences_and_picks_the_best_checkpoint(tmp_path):

@@ -13,8 +13,6 @@ FLORES devtest is never used (it is the evaluation set).
 from __future__ import annotations
 
 import json
-import re
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -85,18 +83,12 @@ def translation_examples(n: int, rng: np.random.Generator) -> list[dict]:
 
 
 def direction_examples(
-    directions: list[tuple[str, str]],
-    split: str = "dev",
-    sentences: str = ":",
-    window: int = 1,
-    copy_swaps: int = 0,
+    directions: list[tuple[str, str]], split: str = "dev", sentences: str = ":", window: int = 1
 ) -> list[dict]:
     """Every FLORES `split` sentence (in the START:STOP range `sentences`) of every (src, tgt)
     direction as one translation conversation; with window > 1 also every run of 2..window
     consecutive sentences of the range, joined by spaces on both sides (concatenation augmentation:
-    the same sentences in more contexts, and answers whose length has to follow the source's);
-    with copy_swaps > 0 also that many copies of every single-sentence pair that shares a name or
-    number with its translation, the shared words replaced on both sides (`swap_shared_words`).
+    the same sentences in more contexts, and answers whose length has to follow the source's).
 
     The user turn is the evaluation and RL prompt (eval.translate.DEFAULT_TEMPLATE, written out here
     so this layer does not import eval), so SFT, RL and evaluation see one prompt format.
@@ -105,8 +97,6 @@ def direction_examples(
         raise ValueError(f"SFT data comes from FLORES dev only (devtest is for evaluation), got {split!r}")
     if window < 1:
         raise ValueError(f"window must be >= 1 sentence, got {window}")
-    if copy_swaps < 0:
-        raise ValueError(f"copy_swaps must be >= 0, got {copy_swaps}")
     out, rows = [], sentence_range(sentences)
     for src, tgt in directions:
         sources, targets = load_flores(src, split)[rows], load_flores(tgt, split)[rows]
@@ -117,55 +107,7 @@ def direction_examples(
                       " ".join(targets[i : i + k]))
                 for i in range(len(sources) - k + 1)
             ]  # fmt: skip
-        rng = np.random.default_rng(zlib.crc32(f"{src}-{tgt}".encode()))
-        shared = [shared_words(a, b) for a, b in zip(sources, targets)]
-        names = sorted({w for words in shared for w in words if not w[0].isdigit()})
-        for source, target, words in zip(sources, targets, shared):
-            for _ in range(copy_swaps if words else 0):
-                source_x, target_x = swap_shared_words(source, target, rng, names)
-                out.append(_chat(f"Translate the following {s} text into {t}.\n\n{source_x}", target_x))
     return out
-
-
-_WORD = re.compile(r"[A-Za-z0-9]+")
-
-
-def _bounded(alternatives: str) -> re.Pattern:
-    """Words ("a|b|..." of runs of ASCII letters and digits) matched whole, not inside a longer run."""
-    return re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])")
-
-
-def shared_words(source: str, target: str) -> list[str]:
-    """The names and numbers a translation keeps verbatim: runs of ASCII letters and digits of 2+
-    characters that start with a capital or a digit and occur whole in both texts."""
-    words = {w for w in _WORD.findall(source) if len(w) > 1 and (w[0].isupper() or w[0].isdigit())}
-    return sorted(w for w in words if _bounded(w).search(target))
-
-
-def swap_shared_words(
-    source: str, target: str, rng: np.random.Generator, names: list[str]
-) -> tuple[str, str]:
-    """(source, target) with every shared word (`shared_words`) replaced by the same new word on
-    both sides: a number by a random number of as many digits, a name by one drawn from `names`.
-    The answer then holds words the model can only copy from its prompt, not recall for this
-    sentence (copy augmentation: the toy memorises FLORES dev and writes 0-6% of the names and
-    numbers that devtest references keep verbatim)."""
-    if not names:
-        raise ValueError("swap_shared_words needs at least one name to draw from")
-    swap = {}
-    for word in shared_words(source, target):
-        if word[0].isdigit():
-            swap[word] = "".join(str(d) for d in rng.integers(10, size=len(word)))
-        else:
-            swap[word] = names[rng.integers(len(names))]
-    if not swap:
-        return source, target
-    pattern = _bounded("|".join(swap))  # all at once: a new word is never swapped again
-
-    def sub(text: str) -> str:
-        return pattern.sub(lambda m: swap[m.group(0)], text)
-
-    return sub(source), sub(target)
 
 
 def reasoning_examples(n: int, rng: np.random.Generator) -> list[dict]:

@@ -68,9 +68,7 @@ class ToyPlan:
     held-out evaluation then takes the one with the best validation overall pass + chrF++
     (OUT/seed<N>/rl_selected.json). Needs rl_holdout > N. 0: the last RL checkpoint."""
     rl_eval_interval: int = 40
-    sft_copy_swaps: int = 0
-    """> 0: SFT also trains on that many copies of every sentence pair that keeps a name or number
-    verbatim, those words replaced on both sides (data.sft_build.swap_shared_words)."""
+    """RL steps between validations (with rl_validation)."""
     log: object = sys.stdout
 
     @property
@@ -341,18 +339,16 @@ def select_rl_checkpoint(root: Path) -> Path:
 
 def _sft_and_rl_split(plan: ToyPlan, all_dev: Path) -> tuple[Path, str]:
     """The SFT file and the RL prompts' sentence range under plan.rl_holdout and plan.sft_window."""
-    if plan.rl_holdout <= 0 and plan.sft_window == 1 and plan.sft_copy_swaps == 0:
+    if plan.rl_holdout <= 0 and plan.sft_window == 1:
         return all_dev, ":"
     from vepo_mcore.data.sft_build import direction_examples
 
     first = len(load_flores("en", "dev")) - max(plan.rl_holdout, 0)
     window = "" if plan.sft_window == 1 else f"_window{plan.sft_window}"
-    swaps = "" if plan.sft_copy_swaps == 0 else f"_swaps{plan.sft_copy_swaps}"
-    path = all_dev.with_name(f"translation_first{first}{window}{swaps}.jsonl")
+    path = all_dev.with_name(f"translation_first{first}{window}.jsonl")
     if not path.is_file():
         pairs = [(d.src, d.tgt) for d in parse_directions(plan.directions)]
-        rows = direction_examples(pairs, sentences=f":{first}", window=plan.sft_window,
-                                  copy_swaps=plan.sft_copy_swaps)  # fmt: skip
+        rows = direction_examples(pairs, sentences=f":{first}", window=plan.sft_window)
         write_records(rows, path)
     return path, f"{first}:" if plan.rl_holdout > 0 else ":"
 
