@@ -147,11 +147,12 @@ class RLTrainer:
         return {**summarize(records), "prompts": float(len(records))}
 
     def finish(self, history: list[dict[str, float]]) -> None:
-        from vepo_mcore.training.curves import plot_curves
+        from vepo_mcore.training.curves import PANELS, VALIDATION_PANELS, plot_curves
 
         save = self.cfg.training.checkpoint.save
         if dist.get_rank() == 0 and save and history:
-            plot_curves(history, Path(save) / "rl_curves.png", smooth=0.8)
+            panels = PANELS + VALIDATION_PANELS if self.cfg.rl.eval_sentences else PANELS
+            plot_curves(history, Path(save) / "rl_curves.png", panels=panels, smooth=0.8)
 
     def close(self) -> None:
         self.engine.shutdown()

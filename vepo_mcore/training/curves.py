@@ -1,5 +1,7 @@
 """Training curves as PNG, smoothed with the raw values faint: by default reward, entropy, response length
-and KL per RL step (one run or many); any metrics with `panels` (the reward model's losses and accuracies)."""
+and KL per RL step (one run or many); any metrics with `panels` (the reward model's losses and accuracies).
+A metric logged on fewer than half the steps (KL measured every 10th step, validation every N) is drawn
+point by point, unsmoothed."""
 
 from __future__ import annotations
 
@@ -13,6 +15,12 @@ PANELS = (
     ("rl/kl_k3", "KL to reference (k3)"),
     ("constraint/overall", "constraint pass rate"),
 )
+
+VALIDATION_PANELS = (
+    ("valid/overall_pass", "validation: overall pass (%, greedy)"),
+    ("valid/chrf", "validation: chrF++ (greedy)"),
+)
+"""Added to PANELS when RL validates (rl.eval_sentences)."""
 
 
 def ema(values: list[float], smooth: float) -> list[float]:
@@ -51,7 +59,9 @@ def plot_curves(
             if not points:
                 continue
             steps, values = zip(*points)
-            if smooth > 0:
+            if 2 * len(points) < len(rows_):  # e.g. validation every N steps: each point marked, unsmoothed
+                ax.plot(steps, values, label=name, linewidth=1.2, marker="o", markersize=3)
+            elif smooth > 0:
                 raw = ax.plot(steps, values, linewidth=0.8, alpha=0.25)[0]
                 ax.plot(steps, ema(list(values), smooth), label=name, linewidth=1.4, color=raw.get_color())
             else:
