@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--directions", default="en-th,en-vi,th-en,vi-en", help="src-tgt pairs and/or groups")
     p.add_argument("--split", default="devtest", help="FLORES split (default devtest)")
     p.add_argument("--max-sentences", type=int, default=50, help="first N sentences per direction")
+    p.add_argument("--sentences", metavar="START:STOP",
+                   help="these sentences per direction instead (e.g. --split dev --sentences 947: scores an "
+                        "RL run's validation set, as rl.eval_sentences does)")  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=96, help="response length cap")
     p.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
     p.add_argument("--out", help="records jsonl (with --checkpoint)")
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         _, tokenizer, engine = load_policy_engine(args.checkpoint)
         records = heldout_records(
             engine, tokenizer, args.directions, args.max_sentences, args.max_new_tokens, args.split,
-            args.batch_size,
+            args.batch_size, args.sentences,
         )  # fmt: skip
         engine.shutdown()
     finally:

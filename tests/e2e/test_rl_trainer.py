@@ -107,15 +107,6 @@ def test_dynamic_sampling_with_only_constant_groups_trains_on(tmp_path):
     assert abs(hist[0]["rl/adv_mean"]) < 1e-6 and hist[0]["rl/adv_std"] < 1e-6
 
 
-def _heldout(rank, world, checkpoint, directions, sentences, out):
-    from vepo_mcore.eval.generate import load_policy_engine
-    from vepo_mcore.eval.heldout import heldout_records, summarize
-
-    _, tokenizer, engine = load_policy_engine(checkpoint)
-    records = heldout_records(engine, tokenizer, directions, 0, 6, split="dev", sentences=sentences)
-    Path(out).write_text(json.dumps(summarize(records)))
-
-
 def test_validation_every_eval_interval_scores_held_out_dev_prompts_like_eval_heldout(tmp_path):
     """rl.eval_sentences on 2 data-parallel ranks: valid/* rows at each eval_interval step, equal to
     tools/eval_heldout.py's summary of the saved policy on the same sentences."""
@@ -125,9 +116,14 @@ def test_validation_every_eval_interval_scores_held_out_dev_prompts_like_eval_he
     run_processes(_train, 2, args=([cfg], str(out)))
     (hist,) = json.loads(out.read_text())
     assert [r["step"] for r in hist] == [1, 2]
-    ref = tmp_path / "ref.json"
-    run_processes(_heldout, 1, args=(str(tmp_path / "v"), "en-th,zh-en", "990:993", str(ref)))
-    expected = json.loads(ref.read_text())
+    ref = tmp_path / "ref.jsonl"
+    tool = [sys.executable, str(ROOT / "tools" / "eval_heldout.py"), "--checkpoint", str(tmp_path / "v"),
+            "--directions", "en-th,zh-en", "--split", "dev", "--sentences", "990:993", "--max-new-tokens", "6",
+            "--out", str(ref)]  # fmt: skip
+    done = subprocess.run(tool, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted({r["index"] for r in map(json.loads, ref.read_text().splitlines())}) == [990, 991, 992]
     assert set(expected) >= {"stop_rate", "overall_pass", "chrf", "lang_pass"}
     for key, value in expected.items():
         assert hist[1][f"valid/{key}"] == pytest.approx(value, abs=1e-9), key
