@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from vepo_mcore.eval.heldout import write_records
-from vepo_mcore.toy.report import COMPARE_SENTENCES, SEED_STAGES, one_seed_wall, seed_result
+from vepo_mcore.toy.report import COMPARE_SENTENCES, SEED_STAGES, one_seed_wall, results_markdown, seed_result
 
 
 def _records(n: int, passes) -> list[dict]:
@@ -48,8 +48,21 @@ def test_no_extra_block_when_only_the_comparison_set_was_evaluated(tmp_path):
     write_records(_records(COMPARE_SENTENCES, lambda i: True), root / "heldout_rl.jsonl")
     (root / "timings.json").write_text("{}")
     result = seed_result(root)
-    assert "all" not in result
+    assert "all" not in result and "rl_step" not in result
     assert result["sft"]["overall_pass"] == 50.0
+    assert "| RL, seed 0 |" in _markdown(result)
+    # run_toy --rl-validation: the report names the checkpoint validation chose
+    (root / "rl_selected.json").write_text(json.dumps({"step": 80, "score": 110.0}))
+    result = seed_result(root)
+    assert result["rl_step"] == 80 and "| RL (step 80, chosen by validation), seed 0 |" in _markdown(result)
+
+
+def _markdown(seed: dict) -> str:
+    row = {"lang": 1.0, "length": 1.0, "format": None, "format_n": 0, "mixing": 1.0, "overall": 1.0}
+    seed = {**seed, "constraint_table": {"sft": row, "rl": row}}
+    summary = {"seeds": [seed["seed"]], "wall_s_one_seed": None, "per_seed": [seed],
+               "sft": seed["sft"], "rl": seed["rl"], "stage_wall_s": {"sft": 1.0}}  # fmt: skip
+    return results_markdown(summary)
 
 
 def test_one_seed_wall_takes_the_fastest_complete_seed_and_skips_copied_stages():

@@ -58,6 +58,8 @@ def seed_result(root: Path) -> dict:
         "delta_ci95": paired_deltas(sft, rl),
         "wall_s": json.loads((root / "timings.json").read_text()),
     }
+    if (root / "rl_selected.json").is_file():  # run_toy --rl-validation: the checkpoint validation chose
+        result["rl_step"] = json.loads((root / "rl_selected.json").read_text())["step"]
     if (root / "heldout_cpt.jsonl").is_file():
         before = _records(root, "cpt", COMPARE_SENTENCES)
         result["before_sft"] = summarize(before)
@@ -186,7 +188,7 @@ def results_markdown(summary: dict) -> str:
         if "before_sft" in s:
             lines.append(_row(f"before SFT (CPT), seed {s['seed']}", [s["before_sft"][n] for n in names]))
         lines.append(_row(f"SFT, seed {s['seed']}", [s["sft"][n] for n in names]))
-        lines.append(_row(f"RL, seed {s['seed']}", [s["rl"][n] for n in names]))
+        lines.append(_row(_rl_label(s), [s["rl"][n] for n in names]))
     lines.append(_row("SFT, mean", [summary["sft"][n] for n in names]))
     lines.append(_row("RL, mean", [summary["rl"][n] for n in names]))
     lines += ["", "RL - SFT, 95% paired-bootstrap interval (percentage points; chrF++ points):", "",
@@ -223,6 +225,11 @@ def results_markdown(summary: dict) -> str:
               "|" + "---|" * len(summary["stage_wall_s"]),
               "| " + " | ".join(f"{v:.0f}" for v in summary["stage_wall_s"].values()) + " |", ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def _rl_label(seed: dict) -> str:
+    step = f" (step {seed['rl_step']}, chosen by validation)" if "rl_step" in seed else ""
+    return f"RL{step}, seed {seed['seed']}"
 
 
 def _wall_line(wall: float | None) -> str:
