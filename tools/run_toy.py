@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the last N dev sentences are RL prompts only, never SFT data (0: RL on the SFT sentences)")  # fmt: skip
     add("--sft-window", type=int, default=2, metavar="K",
         help="SFT also trains on runs of 2..K consecutive dev sentences, joined (1: single sentences)")  # fmt: skip
-    add("--rl-validation", type=int, default=0, metavar="N",
-        help="the last N RL dev sentences validate RL every --rl-eval-interval steps; the best checkpoint is evaluated")  # fmt: skip
+    add("--rl-validation", type=int, default=50, metavar="N",
+        help="the last N RL dev sentences validate RL every --rl-eval-interval steps and the checkpoint with the "
+             "best validation overall + chrF++ is evaluated (0: RL on all of them, the last checkpoint)")  # fmt: skip
     add("--rl-eval-interval", type=int, default=40, metavar="STEPS", help="RL steps between validations")
     add("--nproc", type=int, default=1, help="training processes")
     add("--threads", type=int, default=2, help="threads per process")

@@ -13,9 +13,11 @@ Per seed (OUT/seed<N>):
   1b resize     tools/resize_embeddings.py to the toy's vocabulary (new rows = mean of pieces)
   2  cpt        1:1 English : (th, vi), the expanded vocabulary
   3  sft        translation SFT in the toy's directions
-  4  rl         VEPO on dev prompts (tools/train_vepo.py)
+  4  rl         VEPO on dev prompts (tools/train_vepo.py), validated on held-out dev prompts every
+                rl_eval_interval steps with rl_validation
   5  eval       greedy held-out evaluation on FLORES devtest (tools/eval_heldout.py) of the policy
-                before SFT (the CPT checkpoint), after SFT and after RL
+                before SFT (the CPT checkpoint), after SFT and after RL (with rl_validation: the
+                RL checkpoint with the best validation score)
 
 Every stage is the same entry script the 7B recipe runs; only the configs differ. A stage whose
 output exists is skipped and the training stages resume their own checkpoints, so rerunning the
