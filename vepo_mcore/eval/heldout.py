@@ -76,10 +76,8 @@ def heldout_records(
     samples = []
     for direction in parse_directions(directions):
         sources, references = load_flores(direction.src, split), load_flores(direction.tgt, split)
-        indices = range(len(sources))[rows]
-        prompts = prompt_samples(direction, sources, tokenizer, references, indices=indices)[
-            shard[0] :: shard[1]
-        ]
+        indices = range(len(sources))[rows][shard[0] :: shard[1]]
+        prompts = prompt_samples(direction, sources, tokenizer, references, indices=indices)
         for start in range(0, len(prompts), batch_size):
             samples += engine.generate(prompts[start : start + batch_size], sampling)
     for s in samples:

@@ -280,20 +280,20 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
     ]  # fmt: skip
     for name, checkpoint, fn in trainings:
         stage(name, _has_checkpoint(root / checkpoint), fn)
-    for name in ("cpt", "sft", "rl"):  # cpt: the policy before SFT, for the base -> SFT change
-        out = root / f"heldout_{name}.jsonl"
+
+    def evaluate(name: str, out: Path) -> None:
         checkpoint = root / name
-        if name == "rl" and plan.rl_validation > 0:
+        if name == "rl" and plan.rl_validation > 0:  # chosen when the evaluation runs, not on a rerun
             checkpoint = select_rl_checkpoint(root)
         command = [sys.executable, str(TOOLS / "eval_heldout.py"), "--checkpoint", str(checkpoint),
                    "--directions", plan.directions, "--max-sentences", str(plan.eval_sentences),
                    "--max-new-tokens", str(plan.max_new_tokens), "--out", str(out), "--hyp-dir",
                    str(root / f"hyps_{name}")]  # fmt: skip
-        stage(
-            f"eval_{name}",
-            out.is_file(),
-            lambda command=command, name=name: _run(plan, command, logs / f"eval_{name}.log"),
-        )
+        _run(plan, command, logs / f"eval_{name}.log")
+
+    for name in ("cpt", "sft", "rl"):  # cpt: the policy before SFT, for the base -> SFT change
+        out = root / f"heldout_{name}.jsonl"
+        stage(f"eval_{name}", out.is_file(), lambda name=name, out=out: evaluate(name, out))
     return root
 
 
@@ -331,8 +331,12 @@ def select_rl_checkpoint(root: Path) -> Path:
         raise FileNotFoundError(
             f"{root / 'rl'}: no checkpoint with a validation row (run RL with rl_validation)"
         )
-    best = max(rows, key=lambda r: (sum(r[f"valid/{k}"] for k in SELECTION), -r["step"]))
-    choice = {"step": best["step"], "score": sum(best[f"valid/{k}"] for k in SELECTION),
+
+    def score(row: dict) -> float:
+        return sum(row[f"valid/{k}"] for k in SELECTION)
+
+    best = max(rows, key=lambda r: (score(r), -r["step"]))
+    choice = {"step": best["step"], "score": score(best),
               "criterion": " + ".join(f"valid/{k}" for k in SELECTION),
               "valid": {r["step"]: {k[6:]: v for k, v in r.items() if k.startswith("valid/")} for r in rows}}  # fmt: skip
     (root / "rl_selected.json").write_text(json.dumps(choice, indent=1) + "\n")
