@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from vepo_mcore.config import JobConfig
-from vepo_mcore.training.logging import MetricsLogger, drop_records_after
+from vepo_mcore.training.logging import MetricsLogger, drop_records_after, read_metrics
 
 
 def _cfg(tmp_path) -> JobConfig:
@@ -51,3 +53,25 @@ def test_a_torn_last_line_is_dropped(tmp_path):
     assert drop_records_after(path, 2) == 1
     assert path.read_text() == '{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n'
     assert drop_records_after(path, 2) == 0 and drop_records_after(tmp_path / "absent.jsonl", 0) == 0
+
+
+def test_read_metrics_merges_the_records_of_a_step(tmp_path):
+    cfg = _cfg(tmp_path)
+    logger = MetricsLogger(cfg, 0)
+    for step in (1, 2):
+        logger.log(step, {"train/loss": float(step)}, tokens=100)
+    logger.log(2, {"valid/chrf": 15.0}, tokens=None)  # an evaluation row at the same step
+    logger.close()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[1]["train/loss"] == 2.0 and rows[1]["valid/chrf"] == 15.0 and "valid/chrf" not in rows[0]
+    assert read_metrics(tmp_path / "absent.jsonl") == []
+
+
+def test_read_metrics_skips_a_torn_last_line_and_names_a_bad_one(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 2, "a": 1}\n{"step": 1, "a": 2}\n\n{"step": 3, "a"')
+    assert read_metrics(path) == [{"step": 1, "a": 2}, {"step": 2, "a": 1}]
+    path.write_text('{"step": 1, "a": 1}\n\nnot json\n{"step": 2, "a": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 3 is not JSON"):
+        read_metrics(path)

@@ -18,8 +18,8 @@ from vepo_mcore.toy.grid import (
     is_complete,
     plan_grid,
     read_histories,
-    read_history,
 )
+from vepo_mcore.training.logging import read_metrics
 
 
 def test_plan_grid_seeds_the_compared_cells_and_adds_the_overlong_arm():
@@ -80,7 +80,7 @@ def test_records_average_the_first_and_last_tenth_and_skip_restarted_steps(tmp_p
     rows = _rows([4.0] * 3 + [3.0] * 24 + [1.0] * 3, length=[20.0] * 3 + [25.0] * 24 + [40.0] * 3)
     # a relaunch appended steps 1-2 again: the later record of a step wins, no step counts twice
     _write(tmp_path / run.name / "metrics.jsonl", rows + _rows([4.0, 4.0], length=[20.0, 20.0]))
-    assert len(read_history(tmp_path / run.name / "metrics.jsonl")) == 30
+    assert len(read_metrics(tmp_path / run.name / "metrics.jsonl")) == 30
     assert is_complete(tmp_path, run, 30) and not is_complete(tmp_path, run, 31)
     (record,) = grid_records(read_histories([run, GridRun("vepo", "none", 0)], tmp_path))  # vepo never ran
     assert record["steps"] == 30 and record["algorithm"] == "grpo"

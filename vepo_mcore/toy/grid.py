@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vepo_mcore.toy.recipe import CONFIGS, run_logged, torchrun
+from vepo_mcore.training.logging import read_metrics
 
 ALGORITHMS = ("vepo", "ppo", "grpo", "dapo", "rloo", "reinforce_pp")
 KL_REGIMES = ("none", "k2", "k3")
@@ -134,19 +135,8 @@ def plan_grid(
     return runs
 
 
-def read_history(path: Path) -> list[dict]:
-    """The per-step rows of a metrics.jsonl, the last record of each step kept."""
-    rows = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                rows[row["step"]] = row
-    return [rows[s] for s in sorted(rows)]
-
-
 def is_complete(out: Path, run: GridRun, steps: int) -> bool:
-    history = read_history(out / run.name / "metrics.jsonl")
+    history = read_metrics(out / run.name / "metrics.jsonl")
     return len(history) >= steps and history[-1]["step"] >= steps
 
 
@@ -191,7 +181,7 @@ def _window(history: list[dict], key: str, last: bool, frac: float = 0.1) -> flo
 
 def read_histories(runs: list[GridRun], out: str | Path) -> dict[GridRun, list[dict]]:
     """Each run's per-step rows, for the runs that logged any."""
-    histories = {run: read_history(Path(out) / run.name / "metrics.jsonl") for run in runs}
+    histories = {run: read_metrics(Path(out) / run.name / "metrics.jsonl") for run in runs}
     return {run: rows for run, rows in histories.items() if rows}
 
 

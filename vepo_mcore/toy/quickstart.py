@@ -17,12 +17,7 @@ from vepo_mcore.eval.heldout import (
     same_opening_share,
     summarize,
 )
-
-
-def _rows(path: Path) -> list[dict]:
-    return (
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-    )
+from vepo_mcore.training.logging import read_metrics
 
 
 def _change(before: list[dict], after: list[dict], names: list[str], label: str) -> list[str]:
@@ -52,7 +47,7 @@ def quickstart_summary(run: Path) -> str:
         lines.append(f"TOK  expanded Qwen2.5 trimmed to the toy's data: {m['vocab_size']:,} ids "
                      f"({m['prefix_size']:,} of the base vocabulary + {m['vocab_size'] - m['prefix_size']:,} new)")  # fmt: skip
     for stage in ("base", "cpt", "sft"):
-        rows = [r for r in _rows(seed / stage / "metrics.jsonl") if "train/loss" in r]
+        rows = [r for r in read_metrics(seed / stage / "metrics.jsonl") if "train/loss" in r]
         if rows:
             lines.append(f"{stage.upper():4s} loss {rows[0]['train/loss']:.3f} -> {rows[-1]['train/loss']:.3f} "
                          f"(logged at steps {rows[0]['step']}..{rows[-1]['step']})")  # fmt: skip
@@ -64,7 +59,7 @@ def quickstart_summary(run: Path) -> str:
             f"RM   pairwise accuracy {result['accuracy']:.3f} on {result['pairs']} held-out devtest pairs, "
             f"mean detection AP {sum(ap.values()) / max(1, len(ap)):.3f} ({run / 'rm_eval' / 'eval.md'})"
         )
-    rl = _rows(seed / "rl" / "metrics.jsonl")
+    rl = read_metrics(seed / "rl" / "metrics.jsonl")
     if rl:
         first, last = rl[0], rl[-1]
         cfg = seed / "rl" / "config.yaml"

@@ -321,12 +321,12 @@ def select_rl_checkpoint(root: Path) -> Path:
     """The RL checkpoint of root (a seed directory) with the best validation score (SELECTION summed
     over the valid/* row of its step; the earliest of equals), recorded in root/rl_selected.json."""
     from vepo_mcore.training.checkpointing import iteration_dir
+    from vepo_mcore.training.logging import read_metrics
 
-    rows = []
-    for line in (root / "rl" / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line) if line.strip() else {}
-        if all(f"valid/{k}" in row for k in SELECTION) and iteration_dir(root / "rl", row["step"]).is_dir():
-            rows.append(row)
+    rows = [
+        row for row in read_metrics(root / "rl" / "metrics.jsonl")
+        if all(f"valid/{k}" in row for k in SELECTION) and iteration_dir(root / "rl", row["step"]).is_dir()
+    ]  # fmt: skip
     if not rows:
         raise FileNotFoundError(
             f"{root / 'rl'}: no checkpoint with a validation row (run RL with rl_validation)"

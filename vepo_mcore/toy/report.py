@@ -94,15 +94,12 @@ def constraint_tables(root: Path, out_dir: Path) -> dict[str, dict]:
     return rows
 
 
-def _rl_history(root: Path) -> list[dict]:
-    file = root / "rl" / "metrics.jsonl"
-    return [json.loads(line) for line in file.read_text().splitlines()] if file.is_file() else []
-
-
 def plot_rl_curves(seed_dirs: list[Path], path: Path) -> Path:
     from vepo_mcore.training.curves import plot_curves
+    from vepo_mcore.training.logging import read_metrics
 
-    return plot_curves({root.name: _rl_history(root) for root in seed_dirs}, path, panels=CURVES, smooth=0.9)
+    histories = {root.name: read_metrics(root / "rl" / "metrics.jsonl") for root in seed_dirs}
+    return plot_curves(histories, path, panels=CURVES, smooth=0.9)
 
 
 def _mean(values: list[float]) -> float:

@@ -149,6 +149,29 @@ class MetricsLogger:
             self._jsonl.close()
 
 
+def read_metrics(path: str | Path) -> list[dict]:
+    """The rows of a JSONL metrics file, one per step in step order: the records of one step (a train
+    row and an evaluation row, or a step a relaunch logged again) merged, later keys winning. A
+    missing file gives []; a torn last line (the writer still running, or killed mid-write) is skipped.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return []
+    lines = [
+        (n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()
+    ]
+    rows: dict[int, dict] = {}
+    for n, line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if n == lines[-1][0]:
+                break
+            raise ValueError(f"{path}: line {n} is not JSON") from None
+        rows.setdefault(record["step"], {}).update(record)
+    return [rows[step] for step in sorted(rows)]
+
+
 def drop_records_after(path: str | Path, step: int) -> int:
     """Rewrite the JSONL metrics file `path` without its records after `step` (atomically); returns how
     many were dropped. A torn last line (the writer killed mid-write) goes too."""
