@@ -5,7 +5,7 @@
 #   -> VEPO RL -> held-out evaluation of the policy before SFT, after SFT and after RL
 #   (tools/run_toy.py with short stage budgets) -> reward model from the SFT checkpoint
 #   -> FLORES scores of the held-out translations -> summary with 95% intervals and plots.
-# The full-size toy run (the same stages, longer; 3 seeds) is `python tools/run_toy.py --seeds 0 1 2`.
+# The full-size toy run (the same stages, longer; 4 seeds) is `make toy` (tools/run_toy.py --seeds 0 1 2 3).
 # Knobs (environment): OUT, BASE_ITERS, CPT_ITERS, SFT_ITERS, RL_ITERS, RM_ITERS, EVAL_SENTENCES, DIRECTIONS,
 # TOY_ARGS (more tools/run_toy.py flags, e.g. "--set all.model.num_layers=2").
 set -euo pipefail
