@@ -144,6 +144,8 @@ def test_resume_reads_the_samples_an_uninterrupted_run_reads(sft_data, tmp_path)
     mbs, dp, gbs, steps, k = 2, 2, 8, 10, 4
     first, _ = build_sft_splits(cfg)  # plans computed and saved
     assert len(list((tmp_path / "cache").glob("sft_plan_*.json"))) == 4  # 3 phases + the validation set
+    # ... and mapped back from the cache: a first start ends holding what a restart holds.
+    assert all(isinstance(p.plan.item_of, np.memmap) for p in first.phases)
     uninterrupted = {r: micro_batches(first, 0, mbs, r, dp) for r in range(dp)}
     per_step = gbs // (mbs * dp)
     stream = {r: [next(uninterrupted[r]) for _ in range(steps * per_step)] for r in range(dp)}

@@ -281,17 +281,22 @@ def _write_atomic(path: str | Path, data: bytes) -> None:
 
 
 def cached_plan(cache_dir: str | Path, description: dict, compute: Callable[[], SamplePlan]) -> SamplePlan:
-    """The plan `description` names: memory-mapped from cache_dir if saved there, else computed and
-    saved (each file written whole and renamed; the json last, so a present json means a complete
-    plan). Ranks computing the same plan at once write the same bytes."""
+    """The plan `description` names, memory-mapped from cache_dir; computed and saved first if not
+    there (each file written whole and renamed; the json last, so a present json means a complete
+    plan), then mapped back, so a first start holds what a restart holds. Ranks computing the same
+    plan at once write the same bytes. A folder that cannot be written: the computed plan, in memory."""
     key = hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:24]
     base = Path(cache_dir) / f"sft_plan_{key}"
     fields = ("source_of", "item_of", "starts")
     meta_path = Path(f"{base}.json")
-    if meta_path.is_file():
+
+    def load() -> SamplePlan:
         meta = json.loads(meta_path.read_text())
         arrays = {name: np.load(f"{base}_{name}.npy", mmap_mode="r") for name in fields}
         return SamplePlan(**arrays, truncated=meta["truncated"], source_counts=meta["source_counts"])
+
+    if meta_path.is_file():
+        return load()
     plan = compute()
     try:
         base.parent.mkdir(parents=True, exist_ok=True)
@@ -304,7 +309,9 @@ def cached_plan(cache_dir: str | Path, description: dict, compute: Callable[[], 
         _write_atomic(meta_path, json.dumps(meta, indent=1).encode())
     except OSError as exc:  # a read-only data folder: train anyway, plan again next start
         warnings.warn(f"SFT sample plan not cached in {cache_dir} ({exc}); set data.cache_dir", stacklevel=2)
-    return plan
+        return plan
+    del plan  # the first start then holds what a restart holds: the saved plan, memory-mapped
+    return load()
 
 
 # ---------------------------------------------------------------- datasets
