@@ -110,9 +110,13 @@ def layer_spec(cfg: JobConfig):
         get_gpt_layer_with_transformer_engine_spec,
     )
 
+    from vepo_mcore.models.attention import SDPAttention
+
     if use_transformer_engine(cfg):
         return get_gpt_layer_with_transformer_engine_spec()
-    return get_gpt_layer_local_spec(normalization="RMSNorm")
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    spec.submodules.self_attention.submodules.core_attention = SDPAttention  # torch's fused kernel
+    return spec
 
 
 def build_model(
