@@ -26,10 +26,10 @@ def cfg():
     return c
 
 
-def _pair(cfg, dropout=0.0, mask_type=AttnMaskType.causal):
+def _pair(cfg, dropout=0.0):
     config = transformer_config(cfg)
     config.attention_dropout = dropout
-    args = dict(config=config, layer_number=1, attn_mask_type=mask_type, attention_type="self")
+    args = dict(config=config, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self")
     return SDPAttention(**args), DotProductAttention(**args)
 
 
