@@ -1,9 +1,17 @@
 """rl.rewards.rm_placement 'offload' on a CUDA device (rm/placement.py): the host copies are pinned,
 offload() gives the module's bytes back to the device (torch.cuda.memory_allocated and the caching
 allocator's reserve, which the colocated engine needs), onload() takes exactly them again, and the
-outputs are bit-identical to the resident module's. Skipped without CUDA (tests/conftest.py)."""
+outputs are bit-identical to the resident module's. Skipped without CUDA (tests/conftest.py).
+
+The check runs in a process of its own: the caching allocator's reserve is per process, and blocks
+that earlier tests of the session leave allocated would share segments with the module's weights,
+which then cannot go back to the device whoever frees them."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
@@ -11,6 +19,12 @@ from vepo_mcore.rm.placement import Offloader
 
 
 def test_offload_releases_the_device_bytes_and_keeps_the_outputs():
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, __file__], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "offload checks passed" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+def _check() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(16)]).cuda().bfloat16().eval()
     x = torch.randn(8, 1024, device="cuda", dtype=torch.bfloat16)
@@ -35,3 +49,8 @@ def test_offload_releases_the_device_bytes_and_keeps_the_outputs():
             assert torch.equal(model(x), ref)
         torch.cuda.synchronize()
         assert torch.cuda.memory_allocated() <= before - size + x.numel() * 2 + ref.numel() * 2
+    print("offload checks passed")
+
+
+if __name__ == "__main__":
+    _check()

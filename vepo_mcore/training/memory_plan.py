@@ -362,7 +362,8 @@ def _output_item(cfg: JobConfig, tokens: float, vocab: int, rl: bool) -> MemoryI
     shard = vocab // tp
     setting = "training.micro_batch_size, parallel.tensor_model_parallel_size"
     if not rl or cfg.rl.loss.chunked_output_layer:
-        # models/output_loss.py: per chunk of CHUNK_BYTES / (4 V_shard) tokens, the logits in the weight
+        # models/output_loss.py: per chunk of CUDA_CHUNK_BYTES / (4 V_shard) tokens (at most the
+        # micro-batch's positions: the chunks are the fewest of equal size), the logits in the weight
         # dtype and their fp32 shifted copy (one buffer in fp32), exp in place for the CE, a third
         # buffer for the RL entropy; and the gradients: dhidden [positions, h] and dweight, for CPT/SFT
         # built in forward, summed in fp32 beside one GEMM output in the weight dtype (4 + 2 bytes, 4
@@ -370,7 +371,8 @@ def _output_item(cfg: JobConfig, tokens: float, vocab: int, rl: bool) -> MemoryI
         # backward (only the bf16 GEMM output: 2 bytes, none in fp32).
         low = t.bf16
         wbytes = 2 if low else 4
-        rows = chunk_tokens(shard, torch.bfloat16 if low else torch.float32)
+        most = chunk_tokens(shard, torch.bfloat16 if low else torch.float32, device_type="cuda")
+        rows = int(min(most, positions))
         buffers = rows * shard * (wbytes + (4 if low else 0) + (4 if rl else 0))
         dweight = ((2 if low else 0) if rl else (6 if low else 4)) * shard * m.hidden_size
         dhidden = wbytes * positions * m.hidden_size
