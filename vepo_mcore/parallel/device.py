@@ -159,6 +159,21 @@ def install_cpu_shim() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def without_shim_mode():
+    """Suspend the CPU shim's torch-function mode around a hot loop of plain CPU tensor ops.
+
+    The mode rewrites device="cuda" in megatron's tensor factories and costs a Python call per torch
+    call. Code that allocates nothing on "cuda" by name and calls torch many times per step (the
+    embedded engine's decode, the CPU output layer's vocabulary blocks) runs without it. Where the
+    shim is not installed (CUDA), nothing changes."""
+    if not _INSTALLED:
+        yield
+        return
+    with torch._C.DisableTorchFunction():
+        yield
+
+
 class _NullStream:
     def __init__(self, *args, **kwargs):
         pass

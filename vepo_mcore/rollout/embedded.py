@@ -24,13 +24,12 @@ batch (no padding, no mask); for throughput on GPUs use the SGLang engine.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
 
-from vepo_mcore.parallel.device import has_cuda
+from vepo_mcore.parallel.device import without_shim_mode
 from vepo_mcore.rollout.base import (
     SamplingParams,
     as_samples,
@@ -177,7 +176,7 @@ class EmbeddedEngine:
         done = torch.zeros(b, dtype=torch.bool)
         pad = torch.full((b,), self.pad_id, dtype=torch.long)
         steps = 0
-        with torch.inference_mode(), _without_cpu_shim_mode():
+        with torch.inference_mode(), without_shim_mode():
             decoder = self._decoder()
             self._context = decoder
             logits = decoder.prefill(tokens, key_valid, total)
@@ -296,21 +295,6 @@ class _MegatronDecoder:
             return None
         # [b, 1, V_pad] (the context keeps only the last position's logits) -> [b, V_pad]
         return out[:, -1, :]
-
-
-@contextlib.contextmanager
-def _without_cpu_shim_mode():
-    """Suspend the CPU shim's torch-function mode while decoding.
-
-    The mode (parallel/device.py) rewrites device="cuda" in every torch call; megatron's inference
-    forward allocates nothing on "cuda" by name (its buffers use torch.cuda.current_device(), which
-    the shim maps to CPU), and the mode costs ~40% of a tiny model's decode step.
-    """
-    if has_cuda():
-        yield
-        return
-    with torch._C.DisableTorchFunction():
-        yield
 
 
 def _unwrap(model):
