@@ -94,6 +94,8 @@ def measure_memory(args) -> dict:
     """One step of args.method in this (fresh) process: its peak memory above the inputs, in bytes."""
     import torch
 
+    import vepo_mcore.rl.logprobs  # noqa: F401  imported before the baseline: the step's memory, not the module's
+
     logits, targets, weights = _inputs(args)
     fn = _methods(args, logits, targets)[args.method]
     if logits.is_cuda:

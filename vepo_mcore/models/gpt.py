@@ -32,10 +32,26 @@ from __future__ import annotations
 
 import torch
 from megatron.core.models.gpt import GPTModel
-from megatron.core.tensor_parallel import ColumnParallelLinear
+from megatron.core.tensor_parallel import ColumnParallelLinear, VocabParallelEmbedding
 
-from vepo_mcore.models.main_grad import MainGradEmbedding
+from vepo_mcore.models.main_grad import embedding_into_main_grad, fused_main_grad
 from vepo_mcore.models.output_loss import DeferredOutputLayer, output_layer_cross_entropy
+
+
+class MainGradEmbedding(VocabParallelEmbedding):
+    """megatron's VocabParallelEmbedding; where DDP owns the weight's gradient and the lookup is the
+    plain one (TP = 1, not deterministic_mode, no reduce-scatter), its gradient goes into main_grad
+    by index_add instead of a dense zero-filled [V, h] tensor that DDP then adds."""
+
+    def forward(self, input_):
+        if (
+            fused_main_grad(self.weight) is None
+            or self.tp_group.size() > 1
+            or self.deterministic_mode
+            or self.reduce_scatter_embeddings
+        ):
+            return super().forward(input_)
+        return embedding_into_main_grad(input_, self.weight)
 
 
 class QwenGPTModel(GPTModel):

@@ -6,6 +6,8 @@ what megatron's linear layers do on GPU with gradient_accumulation_fusion. The c
 (models/output_loss.py) and the input embedding's lookup (below) do the same on every device: no
 weight-sized gradient tensor is built, zero-filled or added a second time. At the toy benchmark's
 shape (152k vocabulary, hidden 256) those weight-sized passes were a tenth of a CPU train step.
+No megatron import here: rl.logprobs and the output layer's loss use these without loading it
+(models/gpt.py's MainGradEmbedding is the embedding that calls `embedding_into_main_grad`).
 
 The project's DDP runs with overlap_grad_reduce=False (training/optimizer.py): a weight tied to the
 embedding on one stage gets no autograd gradient at all (both users return None), so DDP's hook
@@ -16,7 +18,6 @@ not been issued for this bucket".
 from __future__ import annotations
 
 import torch
-from megatron.core.tensor_parallel import VocabParallelEmbedding
 
 
 def fused_main_grad(weight: torch.Tensor) -> torch.Tensor | None:
@@ -57,17 +58,7 @@ class _LookupIntoMainGrad(torch.autograd.Function):
         return None, dummy_weight_grad(weight)
 
 
-class MainGradEmbedding(VocabParallelEmbedding):
-    """megatron's VocabParallelEmbedding; where DDP owns the weight's gradient and the lookup is the
-    plain one (TP = 1, not deterministic_mode, no reduce-scatter), its gradient goes into main_grad
-    by index_add instead of a dense zero-filled [V, h] tensor that DDP then adds."""
-
-    def forward(self, input_):
-        if (
-            fused_main_grad(self.weight) is None
-            or self.tp_group.size() > 1
-            or self.deterministic_mode
-            or self.reduce_scatter_embeddings
-        ):
-            return super().forward(input_)
-        return _LookupIntoMainGrad.apply(input_, self.weight)
+def embedding_into_main_grad(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """F.embedding(ids, weight), its weight gradient index-added into weight.main_grad (which must
+    exist: see fused_main_grad) instead of a dense zero-filled [V, h] tensor that DDP then adds."""
+    return _LookupIntoMainGrad.apply(ids, weight)
