@@ -44,15 +44,13 @@ def _gather_rows(weight: torch.Tensor) -> torch.Tensor:
 
 def _check(rank, world, tied, masked):
     from tests.dist.model_utils import VOCAB, tiny_model
+    from vepo_mcore.models import output_loss
     from vepo_mcore.models.output_loss import DeferredOutputLayer, output_layer_logprobs
     from vepo_mcore.rl.logprobs import reference_logprobs_and_entropy
 
-    from vepo_mcore.models import output_loss
-
     model, tokens, labels, pos = tiny_model(world, tied, seed=7, batch_seed=1, batch_size=3, seq=12)
-    output_loss.BLOCK_BYTES = (
-        7 * 4 * tokens.numel()
-    )  # the CPU CE's vocabulary blocks: several, the last short
+    # the CPU cross-entropy's vocabulary blocks: several, the last short (this spawned worker's global)
+    output_loss.BLOCK_BYTES = 7 * 4 * tokens.numel()
     mask = torch.zeros_like(tokens, dtype=torch.bool)
     mask[0, 4:] = mask[1, 7:10] = mask[2, :3] = True
     kwargs = {"output_mask": mask} if masked else {}

@@ -21,6 +21,7 @@ from vepo_mcore.languages import load_flores
 
 ROOT = Path(__file__).resolve().parents[2]
 DIRECTIONS = "en-vi,vi-en"
+EVAL_SENTENCES = 40
 SMALL = "--set all.model.num_layers=2 all.model.hidden_size=128 all.model.ffn_hidden_size=352"
 
 
@@ -30,7 +31,7 @@ def quickstart(tmp_path_factory) -> tuple[Path, str]:
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PY": sys.executable, "TORCHRUN": str(bin_dir / "torchrun"), "OUT": str(out),
            "BASE_ITERS": "5", "CPT_ITERS": "20", "SFT_ITERS": "260", "RM_ITERS": "2", "RL_ITERS": "24",
-           "EVAL_SENTENCES": "40", "DIRECTIONS": DIRECTIONS,
+           "EVAL_SENTENCES": str(EVAL_SENTENCES), "DIRECTIONS": DIRECTIONS,
            "TOY_ARGS": f"{SMALL} sft.training.optimizer.lr=3e-3 rl.training.optimizer.lr=5e-5 "
                        "rl.training.optimizer.min_lr=5e-5"}  # fmt: skip
     proc = subprocess.run(
@@ -86,6 +87,7 @@ def _rl_at_another_seed(seed_dir: Path, training_seed: int) -> Path:
     training seed (rollout sampling and data order), then the same held-out evaluation; returns the
     records file."""
     from vepo_mcore.parallel.init import free_port
+    from vepo_mcore.toy.recipe import ToyPlan
 
     bin_dir = Path(sys.executable).parent
     save, records = seed_dir / f"rl_seed{training_seed}", seed_dir / f"heldout_rl_seed{training_seed}.jsonl"
@@ -96,7 +98,8 @@ def _rl_at_another_seed(seed_dir: Path, training_seed: int) -> Path:
                 str(training_seed), "--training.checkpoint.save", str(save)])  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     proc = run([sys.executable, "tools/eval_heldout.py", "--checkpoint", str(save), "--directions", DIRECTIONS,
-                "--max-sentences", "40", "--max-new-tokens", "96", "--out", str(records)])  # fmt: skip
+                "--max-sentences", str(EVAL_SENTENCES), "--max-new-tokens", str(ToyPlan.max_new_tokens),
+                "--out", str(records)])  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     return records
 

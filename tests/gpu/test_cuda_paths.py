@@ -21,17 +21,6 @@ VOCAB = 320
 
 
 @pytest.fixture(scope="module")
-def nccl():
-    from vepo_mcore.config import ParallelConfig
-    from vepo_mcore.parallel import destroy, init_distributed, init_model_parallel
-
-    init_distributed("nccl", rank=0, world_size=1)
-    init_model_parallel(ParallelConfig(), seed=3)
-    yield
-    destroy()
-
-
-@pytest.fixture(scope="module")
 def hf_and_megatron(nccl, tmp_path_factory):
     """(hf_model on CUDA, megatron model on CUDA, cfg), the same random weights in both."""
     from tests.support.checkpoints import tiny_qwen2_hf

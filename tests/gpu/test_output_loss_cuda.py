@@ -26,17 +26,11 @@ from tests.dist.model_utils import param_grads, tiny_cfg
 V7B = 152_064  # Qwen2.5-7B's padded vocabulary
 
 
-@pytest.fixture(scope="module")
-def nccl():
-    from vepo_mcore.config import ParallelConfig
-    from vepo_mcore.parallel import destroy, init_distributed, init_model_parallel
-
-    init_distributed("nccl", rank=0, world_size=1)
-    init_model_parallel(ParallelConfig(), seed=3)
+@pytest.fixture(scope="module", autouse=True)
+def no_tf32():
+    """fp32 GEMMs in fp32 (the float64 comparisons below need it)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    yield
-    destroy()
 
 
 def _loss_and_grads(model, chunked: bool, tokens, labels, weights):
