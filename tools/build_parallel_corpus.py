@@ -26,14 +26,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--langs", nargs="+", required=True, help="target languages (th vi id km ...)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--cache", default=str(DEFAULT_CACHE), help="folder of the fetched .deb files")
-    p.add_argument("--sources", nargs="+", default=None, help="source families in priority order (default: all)")
+    p.add_argument(
+        "--sources", nargs="+", default=None, help="source families in priority order (default: all)"
+    )
     p.add_argument("--heldout", type=int, default=500, help="in-domain test pairs per language")
     p.add_argument("--debug", action="store_true", help="keep the traceback of a user error")
     args = p.parse_args(argv)
 
     from vepo_mcore.bitext.build import BitextPlan, build_parallel_corpus
 
-    plan = BitextPlan(langs=args.langs, cache=Path(args.cache).expanduser(), out=Path(args.out), heldout=args.heldout)
+    plan = BitextPlan(
+        langs=args.langs, cache=Path(args.cache).expanduser(), out=Path(args.out), heldout=args.heldout
+    )
     if args.sources:
         plan = BitextPlan(**{**plan.__dict__, "sources": args.sources})
     manifest = build_parallel_corpus(plan)

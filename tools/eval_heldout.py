@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sentences", metavar="START:STOP",
                    help="these sentences per direction instead (e.g. --split dev --sentences 947: scores an "
                         "RL run's validation set, as rl.eval_sentences does)")  # fmt: skip
+    p.add_argument("--bitext", metavar="DIR",
+                   help="score the in-domain held-out pairs DIR/<lang>/heldout.jsonl (tools/build_parallel_corpus.py) "
+                        "instead of FLORES")  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=96, help="response length cap")
     p.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
     p.add_argument("--out", help="records jsonl (with --checkpoint)")
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         _, tokenizer, engine = load_policy_engine(args.checkpoint)
         records = heldout_records(
             engine, tokenizer, args.directions, args.max_sentences, args.max_new_tokens, args.split,
-            args.batch_size, args.sentences,
+            args.batch_size, args.sentences, bitext=args.bitext,
         )  # fmt: skip
         engine.shutdown()
     finally:

@@ -3,7 +3,8 @@
     python tools/run_toy.py --seeds 0 1 2                   # runs/toy, then reports/toy
     python tools/run_toy.py --seeds 0 --out runs/toy_fast --iters sft=200 rl=40 --report-dir /tmp/r
 
-Expanded tokenizer -> trimmed vocabulary -> base -> embedding resize -> CPT (1:1) -> SFT -> VEPO RL
+Parallel text from Debian localisation packages (tools/build_parallel_corpus.py, fetched with
+apt-get; --no-bitext for FLORES dev only) -> expanded tokenizer -> trimmed vocabulary -> base -> embedding resize -> CPT (1:1) -> SFT -> VEPO RL
 -> held-out evaluation on FLORES devtest -> reports/toy/{summary.json,results.md,rl_curves.png,
 seed*_constraints_{sft,rl}.md}. Configs: examples/configs/toy/*.yaml (the stages are the 7B
 recipe's entry scripts). Rerunning continues an interrupted run (finished stages are skipped).
@@ -29,11 +30,21 @@ def main(argv: list[str] | None = None) -> int:
     add = p.add_argument
     add("--out", default="runs/toy", help="run directory (shared/ and seed<N>/)")
     add("--seeds", type=int, nargs="+", default=[0])
-    add("--directions", default="en-th,en-vi,th-en,vi-en")
+    add("--directions", default="en-th,en-vi,en-id,th-en,vi-en,id-en")
+    add("--no-bitext", action="store_true", help="FLORES dev only: no parallel text from packages")
+    add("--bitext-cache", default=str(Path.home() / ".cache" / "vepo_mcore" / "debs"),
+        help="folder of the fetched .deb files (reused; copy it to a machine without apt-get)")  # fmt: skip
     add("--iters", nargs="*", action="extend", default=[], metavar="STAGE=N", help="train_iters per stage")
     add("--set", nargs="*", action="extend", default=[], metavar="STAGE.FIELD=VALUE",
         help="per-stage overrides")  # fmt: skip
-    add("--eval-sentences", type=int, default=150,
+    add(
+        "--vocab-min-count",
+        type=int,
+        default=10,
+        metavar="K",
+        help="the toy vocabularies keep ids used >= K times in their data (1: every id)",
+    )
+    add("--eval-sentences", type=int, default=100,
         help="devtest sentences per direction (the report compares on the first 50)")  # fmt: skip
     add("--max-new-tokens", type=int, default=96, help="evaluation length cap")
     add("--rl-holdout", type=int, default=197, metavar="N",
@@ -57,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                    threads=args.threads, iters=iters, overrides=overrides, eval_sentences=args.eval_sentences,
                    max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout,
                    sft_window=args.sft_window,
-                   rl_validation=args.rl_validation, rl_eval_interval=args.rl_eval_interval)  # fmt: skip
+                   rl_validation=args.rl_validation, rl_eval_interval=args.rl_eval_interval,
+                   bitext=not args.no_bitext, bitext_cache=Path(args.bitext_cache),
+                   vocab_min_count=args.vocab_min_count)  # fmt: skip
     seed_dirs = run_toy(plan)
     if args.no_report:
         return 0

@@ -60,7 +60,9 @@ class BitextPlan:
     def __post_init__(self) -> None:
         for lang in self.langs:
             if lang == "en" or language(lang).code not in (*EXPANDED_LANGS, "zh"):
-                raise ValueError(f"bitext langs: {lang!r} is not a target language; known: {EXPANDED_LANGS + ('zh',)}")
+                raise ValueError(
+                    f"bitext langs: {lang!r} is not a target language; known: {EXPANDED_LANGS + ('zh',)}"
+                )
         for name in self.sources:
             source(name)
         low, high = self.length_band
@@ -145,7 +147,10 @@ def build_parallel_corpus(plan: BitextPlan, log=print) -> dict:
             if lang not in src.locales:
                 continue
             pairs = _kept(src.extract(debs, lang, src.locales[lang]), lang, plan, seen, dropped)
-            rows += [{"en": e, "text": t, "source": name, "package": _package_of(src, lang, k)} for e, t, k in pairs]
+            rows += [
+                {"en": e, "text": t, "source": name, "package": _package_of(src, lang, k)}
+                for e, t, k in pairs
+            ]
             log(f"[bitext] {lang} {name}: {len(pairs):,} pairs")
         rng = random.Random(f"{plan.seed}-{lang}")
         rows = _cap_single_words(rows, plan, rng, dropped)

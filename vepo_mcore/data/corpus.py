@@ -40,8 +40,10 @@ def build_flores_cpt_corpus(
     tokenizer_dir: str | Path | None = None,
     workers: int = 1,
     progress: bool = False,
+    extra_documents: dict[str, list[str]] | None = None,
 ) -> dict[str, str]:
-    """Write `<out_dir>/cpt_<lang>.jsonl` and its indexed dataset per language; returns lang -> prefix."""
+    """Write `<out_dir>/cpt_<lang>.jsonl` and its indexed dataset per language; returns lang -> prefix.
+    extra_documents: more documents per language, written after FLORES's (other openly licensed text)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -49,7 +51,7 @@ def build_flores_cpt_corpus(
         language(lang)  # unknown codes fail here with the list of known ones
         jsonl = out / f"cpt_{lang}.jsonl"
         with jsonl.open("w", encoding="utf-8") as f:
-            for doc in flores_documents(lang, sentences_per_doc):
+            for doc in flores_documents(lang, sentences_per_doc) + (extra_documents or {}).get(lang, []):
                 f.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
         prefix = dataset_prefix(out / "cpt", lang)
         preprocess([jsonl], prefix, tokenizer_dir=tokenizer_dir, workers=workers, progress=progress)

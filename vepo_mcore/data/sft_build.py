@@ -82,6 +82,14 @@ def translation_examples(n: int, rng: np.random.Generator) -> list[dict]:
     return out
 
 
+def translation_chat(src: str, tgt: str, source: str, target: str) -> dict:
+    """One translation conversation src -> tgt in the evaluation and RL prompt's words
+    (eval.translate.DEFAULT_TEMPLATE)."""
+    return _chat(
+        f"Translate the following {language(src).name} text into {language(tgt).name}.\n\n{source}", target
+    )
+
+
 def direction_examples(
     directions: list[tuple[str, str]], split: str = "dev", sentences: str = ":", window: int = 1
 ) -> list[dict]:
@@ -100,13 +108,11 @@ def direction_examples(
     out, rows = [], sentence_range(sentences)
     for src, tgt in directions:
         sources, targets = load_flores(src, split)[rows], load_flores(tgt, split)[rows]
-        s, t = language(src).name, language(tgt).name
         for k in range(1, window + 1):
             out += [
-                _chat(f"Translate the following {s} text into {t}.\n\n{' '.join(sources[i : i + k])}",
-                      " ".join(targets[i : i + k]))
+                translation_chat(src, tgt, " ".join(sources[i : i + k]), " ".join(targets[i : i + k]))
                 for i in range(len(sources) - k + 1)
-            ]  # fmt: skip
+            ]
     return out
 
 

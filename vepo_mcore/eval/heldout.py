@@ -16,12 +16,17 @@ Two measures say whether a policy translates or writes text that ignores its sou
 chrF++ reward can push a small policy toward: ``chrf_source``, the chrF++ a hypothesis earns above
 the same hypothesis scored against the reference of another sentence of its direction
 (:func:`mismatched_chrf`), and ``same_opening``, the share of hypotheses that begin like their
-direction's most common opening (:func:`same_opening_share`).
+direction's most common opening (:func:`same_opening_share`). ``copy_rate`` is the share of the
+source's numbers and Latin-script names that the hypothesis carries over (:func:`carried_share`).
+
+With ``bitext=DIR`` the test sentences are the in-domain held-out pairs DIR/<lang>/heldout.jsonl
+written by tools/build_parallel_corpus.py (English on one side of every direction) instead of FLORES.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,10 +66,12 @@ def heldout_records(
     batch_size: int = 64,
     sentences: str | None = None,
     shard: tuple[int, int] = (0, 1),
+    bitext: str | Path | None = None,
 ) -> list[dict]:
     """Greedy translations of the first `n` `split` sentences of each direction (or of the START:STOP
     range `sentences`, n then unused), checked and scored. shard (k, m): the k-th of every m
-    prompts, so m data-parallel ranks share the work."""
+    prompts, so m data-parallel ranks share the work. bitext: a folder of held-out pairs to use
+    instead of FLORES (the module docstring)."""
     from vepo_mcore.rewards.constraints import check_samples
     from vepo_mcore.rewards.mt import chrf_score
     from vepo_mcore.rollout.base import SamplingParams
@@ -75,7 +82,7 @@ def heldout_records(
     rows = sentence_range(sentences) if sentences is not None else slice(n)
     samples = []
     for direction in parse_directions(directions):
-        sources, references = load_flores(direction.src, split), load_flores(direction.tgt, split)
+        sources, references = test_sentences(direction.src, direction.tgt, split, bitext)
         indices = range(len(sources))[rows][shard[0] :: shard[1]]
         prompts = prompt_samples(direction, sources, tokenizer, references, indices=indices)
         for start in range(0, len(prompts), batch_size):
@@ -97,6 +104,43 @@ def heldout_records(
         }
         for s, check in zip(samples, checks)
     ]
+
+
+def test_sentences(src: str, tgt: str, split: str, bitext: str | Path | None) -> tuple[list[str], list[str]]:
+    """(sources, references) of one direction: FLORES `split`, or the held-out pairs of a bitext folder."""
+    if bitext is None:
+        return load_flores(src, split), load_flores(tgt, split)
+    if "en" not in (src, tgt) or src == tgt:
+        raise ValueError(f"bitext test pairs are English <-> X; direction {src}-{tgt} has no English side")
+    lang = tgt if src == "en" else src
+    path = Path(bitext) / lang / "heldout.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no held-out pairs for {lang} (tools/build_parallel_corpus.py writes them)"
+        )
+    rows = read_records(path)
+    english, other = [r["en"] for r in rows], [r["text"] for r in rows]
+    return (english, other) if src == "en" else (other, english)
+
+
+_CARRIED = re.compile(r"\d+(?:[.,:]\d+)*|(?<=\s)[A-Z][\w'’-]*[A-Za-z0-9]|(?<=\s)[A-Z]")
+
+
+def carried_items(source: str) -> list[str]:
+    """Numbers and Latin-script capitalised words inside the source (not its first word): what a
+    translation into any of our languages keeps as written."""
+    return _CARRIED.findall(" " + source.split(None, 1)[1] if len(source.split(None, 1)) > 1 else "")
+
+
+def carried_share(records: Sequence[dict]) -> float:
+    """Percent of the sources' numbers and names (carried_items) found in their hypotheses, over the
+    records whose source has any; nan when none has."""
+    found = total = 0
+    for r in records:
+        items = carried_items(r["source"])
+        total += len(items)
+        found += sum(item in r["hypothesis"] for item in items)
+    return 100.0 * found / total if total else float("nan")
 
 
 def _by_direction(records: Sequence[dict]) -> dict[str, list[int]]:
@@ -151,6 +195,7 @@ def summarize(records: Sequence[dict]) -> dict[str, float]:
     n = len(records)
     out = {name: sum(metric_values(records, name)) / n for name in METRICS}
     out["same_opening"] = same_opening_share(records)
+    out["copy_rate"] = carried_share(records)
     out["response_tokens"] = sum(r["response_tokens"] for r in records) / n
     out["n"] = n
     return out

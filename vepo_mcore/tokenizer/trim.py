@@ -16,6 +16,9 @@ tokenizer.json directory: checkpoints, HF export and transformers' AutoTokenizer
     trimmed = trim_tokenizer("out/qwen2.5-expanded", texts, "out/toy-tokenizer")
     trimmed.source_ids[new_id]                       # the id in the source tokenizer
 
+`min_count=k` keeps only the ids the texts use at least k times (and their closure): a corpus's rare
+words then encode into shorter pieces, and the segmentation check covers the texts made of kept ids.
+
 `prefix=` another trimmed directory keeps that one's ids as the prefix of this one (new ids are
 appended), so tokenizer/resize.py can grow a model trained on `prefix` to this vocabulary.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,8 +90,11 @@ def trim_tokenizer(
     texts: Iterable[str],
     out_dir: str | Path,
     prefix: str | Path | None = None,
+    min_count: int = 1,
 ) -> TrimmedTokenizer:
     """Write the trimmed tokenizer of `source_dir` for `texts` to `out_dir` (see the module doc)."""
+    if min_count < 1:
+        raise ValueError(f"min_count must be >= 1, got {min_count}")
     source_dir, out = Path(source_dir), Path(out_dir)
     data = _with_added_tokens_in_vocab(read_tokenizer_json(source_dir))
     model = data["model"]
@@ -97,7 +104,9 @@ def trim_tokenizer(
         raise ValueError("trim_tokenizer needs at least one text")
     added = {a["content"]: a["id"] for a in data.get("added_tokens", [])}
     id_to_token = {i: t for t, i in model["vocab"].items()}
-    used = {id_to_token[i] for e in source.encode_batch(texts, add_special_tokens=False) for i in e.ids}
+    encodings = [e.ids for e in source.encode_batch(texts, add_special_tokens=False)]
+    counts = Counter(i for ids in encodings for i in ids)
+    used = {id_to_token[i] for i, n in counts.items() if n >= min_count}
     pairs = _merge_pairs(model["merges"])
     producers: dict[str, list[tuple[str, str]]] = {}
     for a, b in pairs:
@@ -132,7 +141,8 @@ def trim_tokenizer(
     data["added_tokens"] = [{**a, "id": new_vocab[a["content"]]} for a in data.get("added_tokens", [])]
     trimmed = HFTokenizer.from_str(json.dumps(data, ensure_ascii=False))
     source_ids = [model["vocab"][t] for t in order]
-    _check_same_segmentation(source, trimmed, texts, source_ids)
+    checked = [t for t, ids in zip(texts, encodings) if all(counts[i] >= min_count for i in ids)]
+    _check_same_segmentation(source, trimmed, checked, source_ids)
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
@@ -144,6 +154,7 @@ def trim_tokenizer(
         "prefix_size": len(prefix_tokens),
         "vocab_size": len(order),
         "texts": len(texts),
+        "min_count": min_count,
         "source_ids": source_ids,
     }
     (out / TRIM_MANIFEST).write_text(json.dumps(manifest) + "\n", encoding="utf-8")

@@ -7,7 +7,11 @@ Shared by every seed (built once, in OUT/shared):
                 trim the stock and the expanded tokenizers to the ids the toy's data uses
                 (tokenizer/trim.py): the "base" vocabulary (English) and the toy's vocabulary,
                 whose first ids are the base's, so the embedding resize applies;
-     data       SFT conversations of the toy's directions and the CPT corpora, FLORES dev only.
+     bitext     (with plan.bitext) English <-> X parallel text from Debian localisation packages
+                (tools/build_parallel_corpus.py; its 500 held-out pairs per language are the
+                in-domain test set)
+     data       SFT conversations of the toy's directions and the CPT corpora: FLORES dev, plus
+                the parallel text in both directions (SFT) and as monolingual documents (CPT).
 Per seed (OUT/seed<N>):
   0  base       a short English pretraining with the base vocabulary (the toy's "Qwen2.5")
   1b resize     tools/resize_embeddings.py to the toy's vocabulary (new rows = mean of pieces)
@@ -17,7 +21,8 @@ Per seed (OUT/seed<N>):
                 rl_eval_interval steps with rl_validation
   5  eval       greedy held-out evaluation on FLORES devtest (tools/eval_heldout.py) of the policy
                 before SFT (the CPT checkpoint), after SFT and after RL (with rl_validation: the
-                RL checkpoint with the best validation score)
+                RL checkpoint with the best validation score); with plan.bitext also of the SFT and
+                RL policies on the in-domain held-out pairs
 
 Every stage is the same entry script the 7B recipe runs; only the configs differ. A stage whose
 output exists is skipped and the training stages resume their own checkpoints, so rerunning the
@@ -34,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vepo_mcore.eval.heldout import write_records
+from vepo_mcore.eval.heldout import read_records, write_records
 from vepo_mcore.languages import EXPANDED_LANGS, flores_path, load_flores
 from vepo_mcore.translation.directions import parse_directions
 
@@ -71,6 +76,18 @@ class ToyPlan:
     (OUT/seed<N>/rl_selected.json). Needs rl_holdout > N. 0: the last RL checkpoint."""
     rl_eval_interval: int = 40
     """RL steps between validations (with rl_validation)."""
+    bitext: bool = False
+    """Add the parallel text of tools/build_parallel_corpus.py (Debian packages, fetched with
+    apt-get into bitext_cache) to CPT and SFT; False: FLORES dev only (the quickstart)."""
+    bitext_cache: Path = Path.home() / ".cache" / "vepo_mcore" / "debs"
+    bitext_pairs: int = 30_000
+    """Parallel pairs per language used (the first N of its shuffled train.jsonl): keeps languages
+    with more text from outweighing the others."""
+    bitext_weight: float = 0.7
+    """SFT share of the parallel-text conversations (the rest: the FLORES dev directions)."""
+    vocab_min_count: int = 1
+    """The toy's vocabularies keep the ids their data uses at least this often (tokenizer/trim.py);
+    rarer words encode into shorter pieces, so the output layer stays small as the data grows."""
     log: object = sys.stdout
 
     @property
@@ -173,7 +190,7 @@ class _Stages:
 def build_shared(plan: ToyPlan) -> dict[str, Path]:
     """Tokenizers and data every seed uses; returns their paths."""
     from vepo_mcore.data.corpus import build_flores_cpt_corpus
-    from vepo_mcore.data.sft_build import direction_examples
+    from vepo_mcore.data.sft_build import direction_examples, translation_chat
     from vepo_mcore.tokenizer import load_tokenizer
     from vepo_mcore.tokenizer.trim import trim_tokenizer
 
@@ -185,8 +202,16 @@ def build_shared(plan: ToyPlan) -> dict[str, Path]:
         "sft": shared / "data" / "sft" / "translation.jsonl",
         "base_data": shared / "data" / "base",
         "cpt_data": shared / "data" / "cpt",
+        "bitext": shared / "bitext",
+        "bitext_sft": shared / "data" / "sft" / "bitext.jsonl",
     }
     stage = _Stages(plan, shared)
+    targets = [lang for lang in plan.langs if lang != "en"]
+    if plan.bitext:
+        command = [sys.executable, str(TOOLS / "build_parallel_corpus.py"), "--langs", *targets,
+                   "--out", str(paths["bitext"]), "--cache", str(plan.bitext_cache)]  # fmt: skip
+        stage("bitext", (paths["bitext"] / "data.json").is_file(),
+              lambda: _run(plan, command, shared / "logs" / "bitext.log"))  # fmt: skip
     # The paper's expansion (4,000 merges per language on that language's corpus: here FLORES dev)
     # for the low-resource languages the toy translates.
     corpora = [arg for lang in plan.langs if lang in EXPANDED_LANGS
@@ -214,19 +239,47 @@ def build_shared(plan: ToyPlan) -> dict[str, Path]:
         conversations = direction_examples([(d.src, d.tgt) for d in parse_directions(plan.directions)])
         base = load_tokenizer()
         write_records(conversations, paths["sft"])
-        chats = [base.apply_chat(c["messages"]) for c in conversations]
+        pairs = _bitext_pairs(plan, paths["bitext"]) if plan.bitext else {}
+        parallel = [translation_chat(d.src, d.tgt, *(row if d.src == "en" else row[::-1]))
+                    for d in parse_directions(plan.directions) if "en" in (d.src, d.tgt)
+                    for row in pairs.get(d.tgt if d.src == "en" else d.src, [])]  # fmt: skip
+        if plan.bitext:
+            write_records(parallel, paths["bitext_sft"])
+        chats = [base.apply_chat(c["messages"]) for c in conversations + parallel]
         # The base vocabulary: what English text and the prompts' scaffolding need (the toy's
         # "Qwen2.5" knows English); the toy's vocabulary: what all its data needs, base ids first.
         scaffolding = [base.apply_chat(c["messages"][:1]) for c in conversations[:: len(conversations) // 4]]
         english = load_flores("en", "dev") + [s.split("\n\n")[0] for s in scaffolding]
+        english += [en for rows in pairs.values() for en, _ in rows]
         english.append(base.apply_chat([{"role": "user", "content": "."}], add_generation_prompt=True))
-        trim_tokenizer(base.path, english, paths["base_tok"])
-        trim_tokenizer(paths["expanded"], chats, paths["toy_tok"], prefix=paths["base_tok"])
-        build_flores_cpt_corpus(paths["base_data"], ["en"], tokenizer_dir=paths["base_tok"])
-        build_flores_cpt_corpus(paths["cpt_data"], plan.langs, tokenizer_dir=paths["toy_tok"])
+        trim_tokenizer(base.path, english, paths["base_tok"], min_count=plan.vocab_min_count)
+        trim_tokenizer(paths["expanded"], chats, paths["toy_tok"], prefix=paths["base_tok"],
+                       min_count=plan.vocab_min_count)  # fmt: skip
+        documents = {lang: _documents([t for _, t in rows]) for lang, rows in pairs.items()}
+        documents["en"] = _documents(sorted({en for rows in pairs.values() for en, _ in rows}))
+        build_flores_cpt_corpus(paths["base_data"], ["en"], tokenizer_dir=paths["base_tok"],
+                                extra_documents={"en": documents["en"]})  # fmt: skip
+        build_flores_cpt_corpus(paths["cpt_data"], plan.langs, tokenizer_dir=paths["toy_tok"],
+                                extra_documents=documents)  # fmt: skip
 
     stage("data_and_trim", (paths["toy_tok"] / "tokenizer.json").is_file(), data_and_trim)
     return paths
+
+
+def _bitext_pairs(plan: ToyPlan, bitext: Path) -> dict[str, list[tuple[str, str]]]:
+    """lang -> the first plan.bitext_pairs (English, X) pairs of its train.jsonl."""
+    out = {}
+    for lang in plan.langs:
+        path = bitext / lang / "train.jsonl"
+        if lang != "en" and path.is_file():
+            rows = read_records(path)[: plan.bitext_pairs]
+            out[lang] = [(r["en"], r["text"]) for r in rows]
+    return out
+
+
+def _documents(texts: list[str], per_document: int = 8) -> list[str]:
+    """Short strings (UI messages, help paragraphs) grouped into CPT documents, one per line."""
+    return ["\n".join(texts[i : i + per_document]) for i in range(0, len(texts), per_document)]
 
 
 def _vocab(tokenizer_dir: Path) -> int:
@@ -265,8 +318,14 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     prompts = {"directions": plan.directions, "prompt_sentences": rl_prompts}
     (root / "rl_prompts.json").write_text(json.dumps(prompts))
-    sft_data = ["--data.sft_phases", json.dumps([{"name": "translation", "paths": {"translation": str(sft_file)},
-                                                  "weights": {"translation": 1.0}}])]  # fmt: skip
+    sft_paths, sft_weights = {"translation": str(sft_file)}, {"translation": 1.0}
+    if plan.bitext:
+        sft_paths["bitext"] = str(paths["bitext_sft"])
+        sft_weights = {"translation": 1.0 - plan.bitext_weight, "bitext": plan.bitext_weight}
+    sft_data = [
+        "--data.sft_phases",
+        json.dumps([{"name": "translation", "paths": sft_paths, "weights": sft_weights}]),
+    ]
     resize = [sys.executable, str(TOOLS / "resize_embeddings.py"), "--megatron-load", str(root / "base"),
               "--megatron-save", str(root / "resized"), "--tokenizer", str(toy_tok), "--base-tokenizer", str(base_tok)]  # fmt: skip
     rl_from_sft = ["--rl.directions", plan.directions, "--rl.prompt_sentences", rl_prompts,
@@ -281,19 +340,26 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
     for name, checkpoint, fn in trainings:
         stage(name, _has_checkpoint(root / checkpoint), fn)
 
-    def evaluate(name: str, out: Path) -> None:
+    def evaluate(name: str, out: Path, indomain: bool = False) -> None:
         checkpoint = root / name
         if name == "rl" and plan.rl_validation > 0:  # chosen when the evaluation runs, not on a rerun
             checkpoint = select_rl_checkpoint(root)
+        test_set = (
+            ["--bitext", str(paths["bitext"])] if indomain else ["--hyp-dir", str(root / f"hyps_{name}")]
+        )
         command = [sys.executable, str(TOOLS / "eval_heldout.py"), "--checkpoint", str(checkpoint),
                    "--directions", plan.directions, "--max-sentences", str(plan.eval_sentences),
-                   "--max-new-tokens", str(plan.max_new_tokens), "--out", str(out), "--hyp-dir",
-                   str(root / f"hyps_{name}")]  # fmt: skip
-        _run(plan, command, logs / f"eval_{name}.log")
+                   "--max-new-tokens", str(plan.max_new_tokens), "--out", str(out), *test_set]  # fmt: skip
+        _run(plan, command, logs / f"eval_{out.stem}.log")
 
     for name in ("cpt", "sft", "rl"):  # cpt: the policy before SFT, for the base -> SFT change
         out = root / f"heldout_{name}.jsonl"
         stage(f"eval_{name}", out.is_file(), lambda name=name, out=out: evaluate(name, out))
+        if plan.bitext and name != "cpt":
+            out = root / f"heldout_{name}_indomain.jsonl"
+            stage(
+                f"eval_{name}_indomain", out.is_file(), lambda name=name, out=out: evaluate(name, out, True)
+            )
     return root
 
 
