@@ -41,6 +41,9 @@ session). What it enforces, each as the pinned source does:
                "matched": id} | {"type": "length", "length": n}, "prompt_tokens", "completion_tokens",
                "cached_tokens", "output_token_logprobs": [(logprob, token_id, None), ...]}}
 
+  * construction configures the calling process as 0.5.23's does (configure_process_as_sglang):
+    NCCL and CUDA environment variables, the root logger forced to ERROR, the spawn start method.
+
 plus `FlattenedTensorBucket` / `FlattenedTensorMetadata` (sglang.srt.weight_sync.tensor_bucket) and
 `MultiprocessingSerializer` (sglang.srt.utils; in-process handles standing in for CUDA IPC) with the
 same constructors and methods. Generation runs `transformers.Qwen2ForCausalLM` on the weights
@@ -251,6 +254,7 @@ class FakeSGLangEngine:
             raise TypeError("ServerArgs.__init__() missing 1 required argument: 'model_path'")
         self.server_args = dict(server_args)
         self.calls: list[tuple[str, dict]] = [("__init__", dict(server_args))]
+        configure_process_as_sglang(server_args)
         model_path = server_args["model_path"]
         if not (Path(model_path) / "config.json").is_file():
             raise FileNotFoundError(f"model_path {model_path} has no config.json")
@@ -634,6 +638,31 @@ class FakeSGLangEngine:
             )
         if self.weights_stale:
             raise RuntimeError(f"{what}: weights were released; push them again after resume")
+
+
+def configure_process_as_sglang(server_args: dict) -> None:
+    """What constructing sglang 0.5.23's Engine does to the calling process, before any subprocess
+    starts: Engine.__init__ defaults log_level to "error"; ServerArgs resolution runs
+    arg_groups/attention_hook.py handle_deterministic_inference (TP > 1: NCCL tree all-reduce, the
+    channel count pinned to SGLANG_DETERMINISTIC_NCCL_NCHANNELS, default 8); _launch_subprocesses
+    calls utils/common.py configure_logger (basicConfig(force=True) at that level) and
+    entrypoints/engine.py _set_envs_and_config (NCCL_CUMEM_ENABLE, NCCL_NVLS_ENABLE,
+    CUDA_DEVICE_MAX_CONNECTIONS=8, SGLANG_RUN_ID, and the spawn start method, forced)."""
+    import logging
+    import os
+
+    if server_args.get("enable_deterministic_inference") and server_args.get("tp_size", 1) > 1:
+        os.environ["NCCL_ALGO"] = "allreduce:tree"
+        channels = os.environ.get("SGLANG_DETERMINISTIC_NCCL_NCHANNELS", "8")
+        os.environ["NCCL_MIN_NCHANNELS"] = channels
+        os.environ["NCCL_MAX_NCHANNELS"] = channels
+    level = getattr(logging, server_args.get("log_level", "error").upper())
+    logging.basicConfig(level=level, format="[%(asctime)s] %(message)s", force=True)
+    os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "8"
+    os.environ["SGLANG_RUN_ID"] = f"sglang-run-fake-{uuid.uuid4().hex[:8]}"
+    mp.set_start_method("spawn", force=True)
 
 
 class FakeSGLangEngine0515(FakeSGLangEngine):

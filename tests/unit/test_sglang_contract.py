@@ -20,6 +20,7 @@ import torch
 from tests.support import fake_sglang
 from tests.support.threads import one_thread  # noqa: F401  (autouse)
 from vepo_mcore.rollout.base import SamplingParams
+from vepo_mcore.rollout.sglang_engine import trainer_process_state_kept
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "data" / "sglang_signatures.json").read_text())
 PINNED = fake_sglang.SGLANG_VERSION
@@ -162,9 +163,10 @@ def _fake(tmp_path, **server_args):
     from tests.support.checkpoints import tiny_qwen2_hf
 
     tiny_qwen2_hf(tmp_path / "hf", vocab_size=320, num_layers=1)
-    return fake_sglang.FakeSGLangEngine(
-        model_path=str(tmp_path / "hf"), enable_memory_saver=True, **server_args
-    )
+    with trainer_process_state_kept():  # the fake configures the process as SGLang does
+        return fake_sglang.FakeSGLangEngine(
+            model_path=str(tmp_path / "hf"), enable_memory_saver=True, **server_args
+        )
 
 
 def test_resume_without_a_release_raises_keyerror_as_sglang_scheduler(tmp_path):
@@ -221,7 +223,8 @@ def test_weights_load_only_inside_a_session_on_the_pinned_version(tmp_path):
     assert fake.begin_weight_update() == (True, "Success")
     assert fake.update_weights_from_tensor(tensor) == (True, "Success")
     assert fake.end_weight_update() == (True, "Success")
-    old = fake_sglang.FakeSGLangEngine0515(model_path=fake.server_args["model_path"])
+    with trainer_process_state_kept():
+        old = fake_sglang.FakeSGLangEngine0515(model_path=fake.server_args["model_path"])
     assert not hasattr(old, "begin_weight_update")
     assert old.update_weights_from_tensor(tensor) == (True, "Success")
 
@@ -295,3 +298,96 @@ def test_wait_until_settled_returns_once_free_memory_stops_rising():
     with pytest.warns(UserWarning, match="still changing"):
         counter = iter(range(10**6))
         wait_until_settled(lambda: next(counter), sleep=lambda s: None, interval=1.0, timeout=5.0)
+
+
+def test_building_the_engine_leaves_the_trainers_process_state_as_it_was(tmp_path, monkeypatch):
+    """sglang 0.5.23's Engine(...) sets NCCL/CUDA variables, forces the root logger to ERROR and the
+    spawn start method in the process that builds it (the fake does the same); only engine owners
+    build one, so build_engine must hand the trainer its own state back."""
+    import logging
+    import multiprocessing
+    import os
+
+    from tests.dist.model_utils import tiny_cfg
+    from vepo_mcore.rollout.base import build_engine
+
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # what Megatron's TP overlap wants
+    for name in ("NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "SGLANG_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    root = logging.getLogger()
+    ours = logging.StreamHandler()
+    monkeypatch.setattr(root, "handlers", [*root.handlers, ours])
+    monkeypatch.setattr(root, "level", logging.INFO)
+    start_method = multiprocessing.get_start_method(allow_none=True)
+    environ, handlers = dict(os.environ), root.handlers[:]
+
+    cfg = tiny_cfg(num_layers=1)
+    cfg.rl.rollout.engine = "fake_sglang"
+    cfg.rl.rollout.engine_tp = 2  # deterministic inference at TP > 1: SGLang pins NCCL's algorithm
+    engine = build_engine(cfg)
+    try:
+        assert engine.engine.server_args["enable_deterministic_inference"] is True
+        assert dict(os.environ) == environ
+        assert root.handlers == handlers and root.level == logging.INFO
+        assert ours.stream is not None and not getattr(ours, "_closed", False)
+        assert multiprocessing.get_start_method(allow_none=True) == start_method
+    finally:
+        engine.shutdown()
+
+
+# ----------------------------------------------------------------------------- sync and seeds
+
+
+def test_request_seeds_never_collide_across_replicas_or_requests(tmp_path):
+    """One engine serves every replica's requests at once; the trainer seeds each replica's call
+    with step_seed * 64 + replica, so `seed + i` per request collided (replica 0's request 1 ==
+    replica 1's request 0)."""
+    engine, _ = _backend(tmp_path)
+    step_seed = 1234 * 64
+    seeds = [
+        p["sampling_seed"]
+        for replica in range(4)
+        for p in engine._sampling_params(SamplingParams(seed=step_seed + replica), 300, replica)
+    ]
+    assert len(set(seeds)) == len(seeds) == 4 * 300
+    assert all(0 <= s < 2**63 for s in seeds)  # SGLang's sampling_seed is an int64
+    engine.shutdown()
+
+
+def test_payloads_are_freed_before_the_kv_cache_comes_back(tmp_path, monkeypatch):
+    """CUDA IPC payloads the engine has loaded are collected and the cache emptied before the KV
+    cache is resumed (slime does the same), so the KV cache gets that memory."""
+    engine, weights = _backend(tmp_path)
+    fake = engine.engine
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for name in ("ipc_collect", "empty_cache"):
+        monkeypatch.setattr(torch.cuda, name, lambda name=name: fake.calls.append((f"cuda.{name}", {})))
+    engine.wake()
+    engine.update_weights(weights, bucket_bytes=1 << 14)
+    engine.generate([[5, 6, 7]], SamplingParams(temperature=0.9, max_new_tokens=2, seed=7))
+    names = [name for name, _ in fake.calls]
+    resume_kv = max(i for i, (name, kw) in enumerate(fake.calls) if name == "resume_memory_occupation")
+    assert "kv_cache" in fake.calls[resume_kv][1]["tags"]
+    assert names[resume_kv - 2 : resume_kv] == ["cuda.ipc_collect", "cuda.empty_cache"]
+    assert names.index("cuda.ipc_collect") > max(
+        i for i, n in enumerate(names) if n == "update_weights_from_tensor"
+    )
+    monkeypatch.undo()
+    engine.shutdown()
+
+
+def test_each_engine_tp_rank_gets_its_payload_on_its_own_gpu(tmp_path, monkeypatch):
+    """Engine TP rank k computes on GPU base_gpu_id + k: its payload is copied there, not left on the
+    owner's GPU for every engine rank to read across (sglang PR 12664's illegal memory accesses)."""
+    engine, weights = _backend(tmp_path, engine_tp=2)
+    engine.engine_base_gpu = 4
+    assert engine.engine_device(1, torch.device("cuda", 4)) == torch.device("cuda", 5)
+    assert engine.engine_device(1, torch.device("cpu")) == torch.device("cpu")  # no GPU: stays
+    asked = []
+    real = engine.engine_device
+    monkeypatch.setattr(engine, "engine_device", lambda k, default: (asked.append(k), real(k, default))[1])
+    engine.wake()
+    engine.update_weights(weights, bucket_bytes=1 << 14)
+    buckets = engine.last_sync["calls"]
+    assert asked == [0, 1] * buckets
+    engine.shutdown()

@@ -41,3 +41,25 @@ def test_weight_sync_settings_are_checked_naming_the_field(field, value, message
     setattr(cfg.rl.rollout, field, value)
     with pytest.raises(ValueError, match=message):
         cfg.rl.validate()
+
+
+def test_update_group_address_is_the_interface_that_reaches_the_master(monkeypatch):
+    """The TCP store of an update group is hosted at the address of the interface routing to
+    MASTER_ADDR, never the host name's /etc/hosts entry (often 127.0.1.1, unreachable from other
+    nodes)."""
+    import ipaddress
+
+    from vepo_mcore.rollout.weight_sync import _host_address
+
+    monkeypatch.setattr("socket.gethostname", lambda: "node7")
+    monkeypatch.setattr("socket.gethostbyname", lambda host: {"node7": "127.0.1.1"}.get(host, host))
+    assert _host_address("127.0.0.1") == "127.0.0.1"  # one node
+    monkeypatch.setenv("MASTER_ADDR", "192.0.2.10")  # TEST-NET-1: routed, never contacted
+    try:
+        address = _host_address()
+    except ValueError as exc:  # a machine with no route at all says so, naming MASTER_ADDR
+        assert "MASTER_ADDR" in str(exc)
+    else:
+        assert address != "127.0.1.1" and not ipaddress.ip_address(address).is_loopback
+    monkeypatch.delenv("MASTER_ADDR")
+    assert _host_address() == "127.0.0.1"

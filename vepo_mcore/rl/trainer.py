@@ -195,7 +195,7 @@ class RLTrainer:
         if self.weights_stale or not self.engine.weights_survive_sleep:
             from vepo_mcore.rollout.weight_sync import sync_weights
 
-            sync_weights(self.engine, self.model, self.cfg)
+            sync_weights(self.engine, self.model, self.cfg, version=self.iteration)
             self.weights_stale = False
         yield self.engine
         self.engine.sleep()

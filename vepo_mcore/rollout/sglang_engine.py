@@ -39,11 +39,14 @@ more rows than the real vocabulary, a logit_bias of -1e9 hides the padding ids, 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import multiprocessing
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +90,48 @@ def sglang_backend() -> SGLangBackend:
     )
 
 
+@contextlib.contextmanager
+def trainer_process_state_kept() -> Iterator[None]:
+    """Run the block with the calling process's environment, root logging and multiprocessing start
+    method restored afterwards, whatever the block changed.
+
+    `sglang.Engine(...)` configures the process that builds it as if it were SGLang's own server
+    (sglang 0.5.23: entrypoints/engine.py `_set_envs_and_config` and `configure_logger`,
+    arg_groups/attention_hook.py `handle_deterministic_inference`): CUDA_DEVICE_MAX_CONNECTIONS=8,
+    NCCL_ALGO=allreduce:tree and NCCL_MIN/MAX_NCHANNELS with deterministic inference at engine TP > 1,
+    NCCL_CUMEM_ENABLE / NCCL_NVLS_ENABLE, `logging.basicConfig(force=True, level=ERROR)` and
+    `multiprocessing.set_start_method("spawn", force=True)`. Only engine owners build an engine, so
+    without this their NCCL settings would differ from their peers' when Megatron creates its
+    communicators later (ranks disagreeing on NCCL_ALGO can hang), rank 0's log lines below ERROR
+    would vanish, and Megatron's CUDA_DEVICE_MAX_CONNECTIONS=1 check would read 8.
+
+    Restoring is preferred to creating every NCCL communicator before the engine: NCCL reads its
+    variables when each communicator is created, and torch and Megatron create some only at their
+    first collective, so an eager pass cannot promise to cover all of them; nor does it undo the
+    logging and start-method changes. The engine keeps what it needs: its scheduler processes are
+    spawned inside the block and took their own copy of the environment there.
+    """
+    environ = dict(os.environ)
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
+    # basicConfig(force=True) closes the root handlers it removes: hand it an empty list so ours
+    # survive open, then put them back.
+    root.handlers = []
+    start_method = multiprocessing.get_start_method(allow_none=True)
+    try:
+        yield
+    finally:
+        for name in set(os.environ) - set(environ):
+            del os.environ[name]
+        os.environ.update(environ)
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers = handlers
+        root.setLevel(level)
+        multiprocessing.set_start_method(start_method, force=True)
+
+
 MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")
 """sglang.srt.constants.GPU_MEMORY_ALL_TYPES (0.5.15.post1, 0.5.23)."""
 FLUSH_ATTEMPTS = 120
@@ -127,6 +172,11 @@ class SGLangEngine:
             self.weights_survive_sleep = True  # the engine keeps its GPUs: nothing is released
         self.update_groups = None
         """rollout/weight_sync.py's UpdateGroups, once the distributed update groups exist."""
+        self.weights_version: int | None = None
+        """The version of the weights the engine holds (rollout/weight_sync.py sets it after a sync on
+        every rank; a release of the weights clears it)."""
+        self.engine_base_gpu: int | None = None
+        """The engine's first GPU (engine TP rank k runs on engine_base_gpu + k); None on CPU."""
         self.last_sync: dict[str, float] = {}
         self.released: set[str] = set()
         if colocated is None:
@@ -163,8 +213,10 @@ class SGLangEngine:
                 kwargs["base_gpu_id"] = rollout.engine_base_gpu  # GPUs apart from training's
             elif torch.cuda.is_available():  # the engine's GPUs start at its owner rank's own GPU
                 kwargs["base_gpu_id"] = torch.cuda.current_device()
+            self.engine_base_gpu = kwargs.get("base_gpu_id")
             kwargs.update(engine_kwargs)
-            self.engine = backend.engine_cls(**kwargs)
+            with trainer_process_state_kept():
+                self.engine = backend.engine_cls(**kwargs)
         if colocated:
             self.sleep()
 
@@ -217,7 +269,7 @@ class SGLangEngine:
             by_replica = {}
             for rep, ids, params in requests:
                 if ids is not None:
-                    by_replica[rep] = self._generate_ids(ids, params)
+                    by_replica[rep] = self._generate_ids(ids, params, rep)
             per_rank = [by_replica[rep] for rep, _, _ in requests]
         if distributed:
             box = [None]
@@ -234,7 +286,9 @@ class SGLangEngine:
             finish_sample(sample, ids, logprobs, reason, self.tokenizer)
         return samples
 
-    def _generate_ids(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> list[tuple]:
+    def _generate_ids(
+        self, prompt_ids: list[list[int]], sampling: SamplingParams, replica: int = 0
+    ) -> list[tuple]:
         if not prompt_ids:
             return []
         if "weights" in self.released:
@@ -242,15 +296,18 @@ class SGLangEngine:
                 f"{self.name}: generate() while the engine sleeps: wake() and sync weights first"
             )
         if self.released:  # kv_cache and cuda_graph come back after the weights were written (slime's order)
+            # The sync's payloads are freed first (slime does the same): the engine has dropped its
+            # handles, and the KV cache wants their memory back.
+            free_transfer_buffers()
             self._resume([t for t in MEMORY_TAGS if t in self.released])
         outputs = self.engine.generate(
             input_ids=prompt_ids,
-            sampling_params=self._sampling_params(sampling, len(prompt_ids)),
+            sampling_params=self._sampling_params(sampling, len(prompt_ids), replica),
             return_logprob=True,
         )
         return [_parse_output(out) for out in outputs]
 
-    def _sampling_params(self, sampling: SamplingParams, n: int) -> list[dict]:
+    def _sampling_params(self, sampling: SamplingParams, n: int, replica: int = 0) -> list[dict]:
         params = sampling.to_sglang()
         if self.engine_vocab_rows > self.vocab_size:
             params["logit_bias"] = {
@@ -260,7 +317,7 @@ class SGLangEngine:
         for i in range(n):
             p = dict(params)
             if sampling.seed is not None:
-                p["sampling_seed"] = sampling.seed + i
+                p["sampling_seed"] = request_seed(sampling.seed, replica, i)
             out.append(p)
         return out
 
@@ -362,11 +419,17 @@ class SGLangEngine:
     def _push(self, named: list[tuple[str, torch.Tensor]], load_format: str | None, stats: dict) -> None:
         if load_format == "flattened_bucket":
             bucket = self.backend.bucket_cls(named_tensors=named)
-            payload = {"flattened_tensor": bucket.get_flattened_tensor(), "metadata": bucket.get_metadata()}
-            # One payload per engine TP rank: each rank deserialises only its own (sglang 0.5.23
-            # Engine._serialize_tensors_per_rank), so CUDA-IPC reference counts drop after each load.
+            flat, metadata = bucket.get_flattened_tensor(), bucket.get_metadata()
+            # One payload per engine TP rank, each on that rank's own GPU: each rank deserialises only
+            # its own (sglang 0.5.23 Engine._serialize_tensors_per_rank), and SGLang's weight loader
+            # reads it where it lies, so a payload on the owner's GPU would make every engine rank
+            # open a CUDA context there and read across GPUs. One copy per GPU, one bucket each.
             serialized = [
-                self.backend.serializer.serialize(payload, output_str=True) for _ in range(self.engine_tp)
+                self.backend.serializer.serialize(
+                    {"flattened_tensor": flat.to(self.engine_device(k, flat.device)), "metadata": metadata},
+                    output_str=True,
+                )
+                for k in range(self.engine_tp)
             ]
             result = self.engine.update_weights_from_tensor(
                 named_tensors=serialized, load_format=load_format, flush_cache=False
@@ -379,6 +442,13 @@ class SGLangEngine:
         stats["bytes"] += sum(t.numel() * t.element_size() for _, t in named)
         stats["tensors"] += len(named)
         stats["calls"] += 1
+
+    def engine_device(self, tp_rank: int, default: torch.device) -> torch.device:
+        """The device engine TP rank `tp_rank` computes on (SGLang: base_gpu_id + tp_rank, gpu_id_step
+        1); `default` (where the bucket was packed) when the engine has no GPU."""
+        if self.engine_base_gpu is None or default.type != "cuda":
+            return default
+        return torch.device("cuda", self.engine_base_gpu + tp_rank)
 
     # ------------------------------------------------------------------ memory
 
@@ -393,6 +463,7 @@ class SGLangEngine:
             # Only what is resident: a tag is never paused twice in the memory saver.
             self.engine.release_memory_occupation(tags=resident)
             self.released = set(MEMORY_TAGS)
+        self.weights_version = None  # released on every rank: the next wake needs a sync
         if torch.cuda.is_available():
             # SGLang's scheduler synchronizes before it answers, yet slime and miles found the memory
             # may come back later (sglang 0.5.x): each rank waits on its own GPU (the engine's GPUs are
@@ -444,6 +515,35 @@ class SGLangEngine:
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
+
+
+REQUESTS_PER_CALL = 1 << 20
+"""Most requests of one replica in one generate call with distinct seeds (request_seed)."""
+MAX_REPLICAS = 1 << 11
+"""Most data-parallel replicas one engine serves with distinct seeds (request_seed)."""
+
+
+def request_seed(seed: int, replica: int, index: int) -> int:
+    """SGLang's per-request sampling_seed for request `index` of `replica`'s call seeded `seed`.
+
+    The engine serves every replica's requests at once, so the seeds must differ across replicas as
+    well as within a call: replica (11 bits) and index (20 bits) take the high bits, the call's seed
+    the low 32, so two requests of one call never share a seed. The result fits SGLang's int64.
+    """
+    if not 0 <= index < REQUESTS_PER_CALL or not 0 <= replica < MAX_REPLICAS:
+        raise ValueError(
+            f"request {index} of replica {replica}: one engine seeds at most {MAX_REPLICAS} replicas of "
+            f"{REQUESTS_PER_CALL} requests per call (lower rl.rollout.batch_size or ranks_per_engine)"
+        )
+    return (replica << 52) | (index << 32) | (seed & 0xFFFFFFFF)
+
+
+def free_transfer_buffers() -> None:
+    """Free the memory of weight payloads the engine has let go of (CUDA IPC) and return the
+    allocator's cached blocks to the device; nothing on CPU."""
+    if torch.cuda.is_available():
+        torch.cuda.ipc_collect()
+        torch.cuda.empty_cache()
 
 
 def wait_until_settled(

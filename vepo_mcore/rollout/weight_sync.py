@@ -5,26 +5,34 @@
 `full_megatron_tensors` streams the model one parameter at a time to the engine's owner rank:
 each pipeline stage's TP ranks gather their shards to TP rank 0 (dist.gather) which merges them
 with checkpoint.mapping.tp_merge; that rank sends the full tensor to the owner (send/recv; nothing
-is sent when it is the owner). The work is spread over the data-parallel replicas (issue 20.7):
-parameter i of a stage is gathered and sent by replica i mod DP, so each replica moves its share
-and no single replica's links carry the whole model. `hf_tensors` renames and
+is sent when it is the owner). Each owner takes the weights from the replicas inside its own block
+of rl.rollout.ranks_per_engine ranks only (its node, or its part of one: the block holds whole
+replicas), parameter i of a stage from the block's replica i mod (replicas in the block), and all
+owners fill at once in one pass: no weight crosses a block's boundary, and each replica of a block
+moves its share. `hf_tensors` renames and
 re-lays them out with checkpoint.mapping.megatron_to_hf_tensors (fused qkv -> q, k, v; fc1 ->
 gate, up; vocab rows cut or zero-padded to the engine's rows). The owner hands the stream to
 `engine.update_weights`, which buckets it, so peak extra memory is about one bucket plus one
 tensor, and every byte of the model reaches the engine once (benchmarks/weight_sync.py).
+`sync_weights(..., version=)` moves nothing when the engine still holds that version of the
+weights (the RL trainer passes its iteration, which each step's optimizer updates advance); an
+engine that releases its weights when it sleeps forgets its version, so it is filled again.
 
 An engine on other GPUs (rl.rollout.weight_sync: distributed) gets the weights as SGLang's
 `update_weights_from_distributed` takes them: over process groups (NCCL; gloo in the CPU tests)
 whose rank 0 is a trainer rank and whose other ranks are the engines' GPUs
 (`init_weights_update_group(master_address, master_port, rank_offset, world_size, group_name,
 backend)`). SGLang receives every bucket as `broadcast(src=0)` in the named group. Each data-parallel
-replica sends its share, as in the colocated path: there is one group per (pipeline stage, replica),
+replica sends its share: there is one group per (pipeline stage, replica),
 rank 0 being that replica's TP rank 0 of the stage, and parameter i of a stage goes out through
 replica i mod DP. A stage's parameters never leave their stage; the TP shards are gathered to the
 source, renamed and re-laid out to HF tensors, packed into byte buckets of one dtype
 (rl.rollout.weight_bucket_mb) and broadcast, while the engine's owner rank calls
 update_weights_from_distributed(names, dtypes, shapes, group_name, load_format="flattened_bucket")
 with the bucket's metadata (sent by the source over a gloo group). One broadcast feeds every engine.
+
+A source hosts its group's TCP store at the address of its interface that routes to MASTER_ADDR
+(what torchrun and the launch scripts set), not at its host name's /etc/hosts entry.
 
 The engine takes one request at a time, so the replicas' broadcasts reach it one after another:
 what the split buys is the gathers, conversions and sending links spread over the replicas (each
@@ -90,11 +98,16 @@ def _stage_weights(model, cfg) -> Iterator[tuple[str, torch.nn.Parameter]]:
         yield global_name, param
 
 
-def full_megatron_tensors(model, cfg, dst: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
+def full_megatron_tensors(
+    model, cfg, dst: int = 0, block: range | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(global megatron name, full tensor) for every weight, yielded on rank `dst` only.
 
     Collective over the default group: every rank must exhaust the iterator. Tied output layers
-    (a copy of the embedding on the last stage) are skipped.
+    (a copy of the embedding on the last stage) are skipped. `block` (default: every rank) is the
+    range of ranks `dst` takes from: only the replicas inside it gather and send to it. Ranks of
+    disjoint blocks may call this at once, each block with its own `dst`: their gathers and sends
+    never meet, so every engine owner fills at once.
     """
     from megatron.core import parallel_state
 
@@ -105,7 +118,6 @@ def full_megatron_tensors(model, cfg, dst: int = 0) -> Iterator[tuple[str, torch
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
     # Context-parallel ranks hold the full weights too: they count as replicas here.
     dp_rank = parallel_state.get_data_parallel_rank(with_context_parallel=True)
-    dp_size = parallel_state.get_data_parallel_world_size(with_context_parallel=True)
     local = list(_stage_weights(model, cfg))
     # Sources (TP rank 0 of every stage of every replica) announce what they hold, in which shapes.
     announce = None
@@ -113,13 +125,22 @@ def full_megatron_tensors(model, cfg, dst: int = 0) -> Iterator[tuple[str, torch
         announce = (pp_rank, dp_rank, [(n, _full_shape(n, p.shape, tp_size), p.dtype) for n, p in local])
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, announce)
-    sources = {(a[0], a[1]): r for r, a in enumerate(everyone) if a is not None}
+    block = range(dist.get_world_size()) if block is None else block
+    # Per stage, the sources inside the block: (rank, replica), replica by replica.
+    sources: dict[int, list[tuple[int, int]]] = {}
+    for r, a in enumerate(everyone):
+        if a is not None and r in block:
+            sources.setdefault(a[0], []).append((r, a[1]))
     entries_of = {a[0]: a[2] for a in everyone if a is not None}
     device = next(model.parameters()).device
     for stage in sorted(entries_of):
+        if stage not in sources:
+            raise ValueError(
+                f"ranks {block.start}..{block.stop - 1} hold no replica of pipeline stage {stage}"
+            )
         for i, (name, shape, dtype) in enumerate(entries_of[stage]):
-            replica = i % dp_size  # this parameter's gather and send fall to one replica
-            src = sources[(stage, replica)]
+            # this parameter's gather and send fall to one replica of the block
+            src, replica = sources[stage][i % len(sources[stage])]
             full = None
             if pp_rank == stage and dp_rank == replica:
                 full = _gather_tp(name, _plain(local[i][1]), tp_size, tp_rank)
@@ -151,37 +172,62 @@ def _gather_tp(name: str, shard: torch.Tensor, tp_size: int, tp_rank: int) -> to
 
 
 def hf_tensors(
-    model, cfg, dst: int = 0, vocab_rows: int | None = None, dtype: torch.dtype | None = None
+    model,
+    cfg,
+    dst: int = 0,
+    vocab_rows: int | None = None,
+    dtype: torch.dtype | None = None,
+    block: range | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) on rank `dst`; vocab tensors get `vocab_rows` rows (default: the real vocab)."""
+    """(HF name, full tensor) on rank `dst`, taken from the ranks of `block` (default: all);
+    vocab tensors get `vocab_rows` rows (default: the real vocab)."""
     rows = cfg.model.vocab_size if vocab_rows is None else vocab_rows
     for hf_name, tensor in mapping.megatron_to_hf_tensors(
-        full_megatron_tensors(model, cfg, dst), cfg.model, rows
+        full_megatron_tensors(model, cfg, dst, block), cfg.model, rows
     ):
         yield hf_name, tensor if dtype is None else tensor.to(dtype)
 
 
-def sync_weights(engine, model, cfg, bucket_bytes: int | None = None) -> dict | None:
+def sync_weights(
+    engine, model, cfg, bucket_bytes: int | None = None, version: int | None = None
+) -> dict | None:
     """Push the current policy into `engine` (collective; call on every rank after the optimizer step).
 
-    Returns the engine's transfer stats on its owner ranks ({'bytes', 'tensors', 'calls', 'seconds'}),
-    None elsewhere and for engines that compute with the training weights.
+    `version` names the weights (the caller bumps it with every optimizer step): when the engine
+    still holds that version (`engine.weights_version`: set here, cleared by an engine that releases
+    its weights), nothing moves and the owners get {'skipped': 1.0}. Every rank sees the same
+    versions, so all ranks skip together. Returns the engine's transfer stats on its owner ranks
+    ({'bytes', 'tensors', 'calls', 'seconds'}), None elsewhere and for engines that compute with
+    the training weights.
     """
     if engine.shares_training_weights:
         return None
+    if version is not None and getattr(engine, "weights_version", None) == version:
+        return {"skipped": 1.0} if getattr(engine, "is_owner", True) else None
     if getattr(engine, "weight_sync", "colocated") == "distributed":
-        return sync_weights_distributed(engine, model, cfg, bucket_bytes)
-    result = None
-    for owner in getattr(engine, "owner_ranks", [getattr(engine, "owner_rank", 0)]):
-        # One pass per engine: each owner receives the whole model (its engine shards it itself).
-        stream = hf_tensors(model, cfg, dst=owner, vocab_rows=getattr(engine, "engine_vocab_rows", None))
-        if dist.get_rank() == owner:
-            engine.update_weights(stream, bucket_bytes)
-            result = dict(engine.last_sync) if getattr(engine, "last_sync", None) else {}
-        else:
-            for _ in stream:  # the others take part in the gathers and sends only
-                pass
+        result = sync_weights_distributed(engine, model, cfg, bucket_bytes)
+    else:
+        result = _sync_colocated(engine, model, cfg, bucket_bytes)
+    engine.weights_version = version
     return result
+
+
+def _sync_colocated(engine, model, cfg, bucket_bytes: int | None) -> dict | None:
+    """Every owner at once fills its engine from the replicas of its own block of ranks (its node, or
+    its part of one), so no weight crosses a block's boundary; each owner receives the whole model
+    (its engine shards it itself)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    owner = getattr(engine, "owner_rank", 0)
+    owners = list(getattr(engine, "owner_ranks", [owner]))
+    end = next((o for o in owners if o > owner), world)
+    stream = hf_tensors(model, cfg, dst=owner, vocab_rows=getattr(engine, "engine_vocab_rows", None),
+                        block=range(owner, end))  # fmt: skip
+    if rank == owner:
+        engine.update_weights(stream, bucket_bytes)
+        return dict(engine.last_sync) if getattr(engine, "last_sync", None) else {}
+    for _ in stream:  # the others take part in their block's gathers and sends only
+        pass
+    return None
 
 
 # ---------------------------------------------------------------- update_weights_from_distributed
@@ -216,11 +262,32 @@ def init_update_group(
     return group
 
 
-def _host_address() -> str:
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
+def _host_address(master_address: str | None = None) -> str:
+    """The address other nodes reach this one at, for the TCP store of an update group it hosts.
+
+    `master_address` (default: $MASTER_ADDR, which torchrun and the launch scripts set): the
+    address of this host's interface that routes to it (a UDP connect sends nothing); a loopback
+    master means one node, 127.0.0.1. The host name's own entry is not used: /etc/hosts often maps
+    it to 127.0.1.1, unreachable from other nodes. Without any master address: 127.0.0.1.
+    """
+    import ipaddress
+    import os
+
+    master = master_address or os.environ.get("MASTER_ADDR")
+    if not master:
         return "127.0.0.1"
+    try:
+        resolved = socket.gethostbyname(master)
+    except OSError as exc:
+        raise ValueError(f"MASTER_ADDR {master!r} does not resolve: {exc}") from None
+    if ipaddress.ip_address(resolved).is_loopback:
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect((resolved, 9))
+        except OSError as exc:
+            raise ValueError(f"no route from this host to MASTER_ADDR {master!r}: {exc}") from None
+        return sock.getsockname()[0]
 
 
 def _free_port() -> int:
