@@ -28,10 +28,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CONFIG=${CONFIG:-examples/configs/qwen2.5-7b.yaml}
-TOKENIZER=${TOKENIZER:-checkpoints/tokenizer-expanded}
+RUNS=${RUNS:-runs}                        # the checkpoint root every recipe of the chain shares
+TOKENIZER=${TOKENIZER:-$RUNS/tokenizer-expanded}
 VOCAB_SIZE=${VOCAB_SIZE:-151665}
-INIT_CKPT=${INIT_CKPT:-checkpoints/qwen2.5-7b-expanded-mcore}
-SAVE=${SAVE:-checkpoints/cpt-7b}
+INIT_CKPT=${INIT_CKPT:-$RUNS/qwen2.5-7b-expanded-mcore}
+SAVE=${SAVE:-$RUNS/cpt_7b}
 DATA=${DATA:-data/cpt}
 
 NNODES=${NNODES:-1}
