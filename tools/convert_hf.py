@@ -9,13 +9,16 @@ All three stream tensor by tensor in one process (memory near the largest tensor
 model); the dist checkpoint hf-to-megatron writes (every TP/PP rank's shards) loads at any TP/PP.
 reshard rewrites a checkpoint's files for another TP/PP (vocab rows re-padded, config.yaml
 updated); it keeps the weights only.
---vocab-size sets the real vocab (default: the tokenizer.json's length).
+--vocab-size sets the real vocab (default: the tokenizer.json's length); --overwrite: into a non-empty --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+
+from vepo_mcore.config.cli import check_output_folder, run_cli
 
 DTYPES = ("bfloat16", "float32", "float16")
 
@@ -43,7 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     re.add_argument("--out", required=True, help="output checkpoint directory")
     re.add_argument("--tp", type=int, default=1, help="tensor-parallel size to write")
     re.add_argument("--pp", type=int, default=1, help="pipeline-parallel size to write")
-    return parser.parse_args(argv)
+    for sub_parser in (to_mc, to_hf, re):
+        sub_parser.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+    return parser.parse_args([a for a in (sys.argv[1:] if argv is None else argv) if a != "--debug"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,10 +61,10 @@ def main(argv: list[str] | None = None) -> None:
     from vepo_mcore.checkpoint.convert import dry_run, hf_to_megatron, megatron_to_hf
     from vepo_mcore.checkpoint.reshard import reshard_checkpoint
 
+    if getattr(args, "dry_run", False):
+        return print(dry_run(args.hf, args.tp, args.pp, args.vocab_size))
+    check_output_folder("--out", args.out, create=False, overwrite=args.overwrite)  # before any work
     if args.direction == "hf-to-megatron":
-        if args.dry_run:
-            print(dry_run(args.hf, args.tp, args.pp, args.vocab_size))
-            return
         out = hf_to_megatron(args.hf, args.out, args.tp, args.pp, args.vocab_size)
     elif args.direction == "reshard":
         out = reshard_checkpoint(args.ckpt, args.out, args.tp, args.pp)
@@ -70,4 +75,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -25,7 +25,7 @@ from vepo_mcore.config.job import job_from_cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, cfg = job_from_cli(argv, __doc__, aliases=EVALUATE_FLAG_ALIASES)
+    args, cfg = job_from_cli(argv, __doc__, aliases=EVALUATE_FLAG_ALIASES, sections=("eval",))
     if args.dry_run:
         import yaml
 

@@ -2,11 +2,15 @@
 
     python tools/build_cpt_corpus.py --output-dir data/cpt_tiny
     torchrun --nproc-per-node 2 tools/pretrain_cpt.py --config examples/configs/cpt_tiny.yaml
+    python tools/build_sft_data.py --output-dir data/sft_tiny
     torchrun --nproc-per-node 2 tools/pretrain_cpt.py --config examples/configs/sft_tiny.yaml \
         --training.checkpoint.load ckpt/cpt_tiny --training.checkpoint.finetune true
 
-Every field of the config tree can be overridden with a dotted flag (--training.train_iters 100).
-Resumes from training.checkpoint.save when it holds a checkpoint.
+The CPT run saves ckpt/cpt_tiny, which the SFT run loads. Every field of the config tree can be
+overridden with a dotted flag (--training.train_iters 100); --help lists them, --print-config
+prints the effective config. Resumes from training.checkpoint.save when it holds a checkpoint.
+Each log interval prints one line on stdout (iteration, consumed samples and tokens, ms per
+iteration, tokens/s, TFLOP/s per device, lr, loss, grad norm, skipped and nan steps, peak memory).
 """
 
 import warnings

@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
 
         cfg = rl_job_config(cfg)
         if args.world_size:
+            cfg.parallel.validate(args.world_size)  # TP*PP divides the world before the batch arithmetic
             check_batch_shape(cfg, cfg.parallel.data_parallel_size(args.world_size))
             cfg.validate(args.world_size)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,32 @@ def test_validation_every_eval_interval_scores_held_out_dev_prompts_like_eval_he
         assert hist[1][f"valid/{key}"] == pytest.approx(value, abs=1e-9), key
     assert hist[0]["valid/prompts"] == hist[1]["valid/prompts"] == 6  # 3 sentences x 2 directions, once each
     assert (tmp_path / "v" / "rl_curves.png").stat().st_size > 10_000  # with the validation panels
+
+
+RL_LINE = re.compile(
+    r"^\[[\d: -]+\] iteration (\d)/2 \| consumed samples (\d+) \| consumed tokens [\d,]+ \| elapsed time per "
+    r"iteration \(ms\) [\d.]+ \| tokens/s [\d,]+ \| TFLOP/s per device [\d.e+-]+ \| lr [\d.E+-]+ \| loss [\d.e+-]+ \| "
+    r"grad norm [\d.]+ \| skipped 0 \| nan 0 \| peak memory [\d.]+ GiB \((RSS|GPU)\) \| "
+    r"reward [\d.-]+ \(mt [\d.-]+ length [\d.-]+ format [\d.-]+ lid [\d.-]+ mixing [\d.-]+\) \| "
+    r"response length [\d.]+ \| entropy [\d.]+ \| kl [\d.e+-]+ \| clip frac [\d.]+ \| "
+    r"time rollout/sync/logprobs/train \(s\) [\d.]+/[\d.]+/[\d.]+/[\d.]+ \| eta [\d:]+$"
+)
+
+
+def test_the_console_prints_one_line_per_rl_step_with_its_rewards_and_time_split(tmp_path):
+    """tools/train_vepo.py with stdout redirected to a file, as a user's `> log`: one line per step."""
+    log = tmp_path / "stdout.log"
+    tool = [sys.executable, str(ROOT / "tools/train_vepo.py"), "--config", str(TINY), *SMALL,
+            "--training.train_iters", "2", "--training.checkpoint.save", str(tmp_path / "rl")]  # fmt: skip
+    with log.open("w") as stdout:
+        done = subprocess.run(tool, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in log.read_text().splitlines() if " iteration " in line]
+    assert [RL_LINE.match(line).groups()[:2] for line in lines] == [("1", "4"), ("2", "8")], lines
+    assert re.search(
+        r"^saved checkpoint iter_0000002 to .* \([\d.]+ MiB\) in [\d.]+ s$", log.read_text(), re.M
+    )
 
 
 def test_validation_sentences_are_refused_when_they_overlap_training_or_never_run():

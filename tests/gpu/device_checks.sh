@@ -37,7 +37,7 @@ W=/tmp/trainers && mkdir -p $W
 (cd $W && timeout "${TRAIN_LIMIT:-150}" python3 "$OLDPWD/tools/pretrain_cpt.py" --config "$OLDPWD/examples/configs/cpt_tiny.yaml" \
   --training.bf16 true --training.train_iters 30 --training.eval_interval 30 --training.logging.progress_bar false \
   --training.checkpoint.save ckpt/cpt) > "$RESULTS/cpt_cuda.log" 2>&1
-echo "cpt rc=$?"; grep -E "TP=|step (1|10|20|30)/30" "$RESULTS/cpt_cuda.log" | tail -8
+echo "cpt rc=$?"; grep -E "TP=|iteration (1|10|20|30)/30 " "$RESULTS/cpt_cuda.log" | tail -8
 (cd $W && timeout "${TRAIN_LIMIT:-150}" python3 "$OLDPWD/tools/train_vepo.py" --config "$OLDPWD/examples/configs/vepo_tiny.yaml" \
   --training.bf16 true --training.train_iters 3 --training.logging.progress_bar false --training.checkpoint.save ckpt/rl) \
   > "$RESULTS/rl_cuda.log" 2>&1

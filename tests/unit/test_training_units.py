@@ -109,7 +109,7 @@ def test_metrics_logger_writes_jsonl_and_tensorboard(tmp_path, capsys):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 2]
     assert rows[1]["train/loss"] == 1.0 and "perf/tokens_per_s" not in rows[2]
-    assert "loss 1.0000" in capsys.readouterr().err
+    assert "| loss 1.0000 |" in capsys.readouterr().out  # the console line, on stdout
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

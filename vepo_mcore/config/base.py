@@ -8,6 +8,7 @@ in a YAML file never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from pathlib import Path
@@ -95,7 +96,9 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
     unknown = sorted(set(data) - names)
     if unknown:
         where = path or cls.__name__
-        raise ValueError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(names)}")
+        close = [m for key in unknown for m in difflib.get_close_matches(str(key), names, n=1)]
+        hint = f"; did you mean {', '.join(repr(m) for m in close)}?" if close else ""
+        raise ValueError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(names)}{hint}")
     kwargs = {
         key: _convert(value, hints[key], f"{path}.{key}" if path else key) for key, value in data.items()
     }
@@ -179,7 +182,10 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
         if not path.is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
         with path.open() as f:
-            loaded = yaml.safe_load(f) or {}
+            try:
+                loaded = yaml.safe_load(f) or {}
+            except yaml.YAMLError as exc:
+                raise ValueError(yaml_error_message(path, exc)) from None
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: top level must be a mapping of sections, got {type(loaded).__name__}")
         data = loaded
@@ -190,6 +196,59 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     if validate is not None:
         validate()
     return cfg
+
+
+def yaml_error_message(path: str | Path, exc: yaml.YAMLError) -> str:
+    """'FILE: line 4, column 6: YAML syntax error: expected ',' or ']', but got ':' (while parsing a
+    flow sequence from line 3, column 15)' from PyYAML's error (lines and columns from 1)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}: line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark:
+        problem += f" ({context} from line {context_mark.line + 1}, column {context_mark.column + 1})"
+    return f"{where}: YAML syntax error: {problem}"
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """{field name: its docstring} of a config dataclass (the string literal under each field)."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):  # no source (a frozen build): no docs
+        return {}
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                docs[node.target.id] = " ".join(str(after.value.value).split())
+    return docs
+
+
+def config_help(cls: type, sections: tuple[str, ...] | None = None, prefix: str = "") -> list[str]:
+    """--help's listing of a config tree: a line per section (its docstring) and per field, as the
+    dotted flag that sets it, its default and the first sentence of its docstring. `sections`: the
+    top-level sections to list (default all)."""
+    lines: list[str] = []
+    docs = field_docs(cls)
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        if not f.init or (sections is not None and not prefix and f.name not in sections):
+            continue
+        name, value = f"{prefix}{f.name}", getattr(defaults, f.name)
+        doc = docs.get(f.name, "").split(". ")[0].rstrip(".")
+        doc = doc if len(doc) <= 100 else doc[:97] + "..."
+        if dataclasses.is_dataclass(value):
+            lines += [f"{name}: {doc}", *config_help(type(value), prefix=f"{name}.")]
+        else:
+            shown = yaml.safe_dump(to_dict(value), default_flow_style=True, width=1 << 16).strip()
+            shown = shown.removesuffix("...").strip()
+            lines.append(f"  --{name} {shown}" + (f"  # {doc}" if doc else ""))
+    return lines
 
 
 def save_config(cfg: Any, path: str | Path) -> None:

@@ -42,6 +42,33 @@ def is_user_error(exc: BaseException) -> bool:
     return any(where.is_relative_to(root) for root in _OURS)
 
 
+def check_output_folder(
+    field: str, path: str | None, create: bool = True, overwrite: bool | None = None
+) -> None:
+    """Check that the output folder `path` (of config field or flag `field`) can be written, creating
+    it when `create` (else its nearest existing parent must be a writable folder): a ValueError naming
+    the field and the reason otherwise (a file in the way, no permission; a folder that is not empty
+    when `overwrite` is False). None is no folder."""
+    if not path:
+        return
+    if Path(path).exists() and not Path(path).is_dir():
+        raise ValueError(f"{field} {path}: a file is in the way of the output folder")
+    if overwrite is False and Path(path).is_dir() and any(Path(path).iterdir()):
+        raise ValueError(
+            f"{field} {path} is not empty; pass --overwrite to write into it, or name a new folder"
+        )
+    if create:
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"{field} {path}: cannot create the folder ({exc.strerror or exc})") from None
+    existing = next(p for p in (Path(path), *Path(path).absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"{field} {path}: cannot create the folder ({existing} is a file)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{field} {path}: {existing} is not writable")
+
+
 def run_cli(main: Callable[[], Any], argv: list[str] | None = None) -> Any:
     """Call main(); a user error prints one line on rank 0 (stderr) and exits EXIT_USER_ERROR."""
     try:

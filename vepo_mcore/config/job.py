@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 
-from vepo_mcore.config.base import load_config
+from vepo_mcore.config.base import config_help, load_config, to_dict
 from vepo_mcore.config.data import DataConfig
 from vepo_mcore.config.eval import EvalConfig
 from vepo_mcore.config.memory import MemoryConfig
@@ -83,19 +83,100 @@ def expand_flag_aliases(argv: list[str], aliases: dict[str, tuple[str, str | Non
     return out
 
 
+MEGATRON_LM_FLAGS: dict[str, str] = {
+    "tensor-model-parallel-size": "parallel.tensor_model_parallel_size",
+    "pipeline-model-parallel-size": "parallel.pipeline_model_parallel_size",
+    "num-layers-per-virtual-pipeline-stage": "parallel.virtual_pipeline_model_parallel_size",
+    "context-parallel-size": "parallel.context_parallel_size",
+    "sequence-parallel": "parallel.sequence_parallel true",
+    "distributed-backend": "parallel.backend",
+    "distributed-timeout-minutes": "parallel.distributed_timeout_minutes",
+    "num-layers": "model.num_layers",
+    "hidden-size": "model.hidden_size",
+    "ffn-hidden-size": "model.ffn_hidden_size",
+    "num-attention-heads": "model.num_attention_heads",
+    "num-query-groups": "model.num_query_groups",
+    "kv-channels": "model.kv_channels",
+    "max-position-embeddings": "model.max_position_embeddings",
+    "rotary-base": "model.rotary_base",
+    "norm-epsilon": "model.norm_epsilon",
+    "make-vocab-size-divisible-by": "model.make_vocab_size_divisible_by",
+    "init-method-std": "model.init_method_std",
+    "attention-dropout": "model.attention_dropout",
+    "hidden-dropout": "model.hidden_dropout",
+    "transformer-impl": "model.transformer_impl",
+    "fp8-format": "model.fp8.format",
+    "micro-batch-size": "training.micro_batch_size",
+    "global-batch-size": "training.global_batch_size",
+    "seq-length": "training.seq_length",
+    "train-iters": "training.train_iters",
+    "eval-interval": "training.eval_interval",
+    "eval-iters": "training.eval_iters",
+    "seed": "training.seed",
+    "bf16": "training.bf16 true",
+    "recompute-granularity": "training.recompute",
+    "lr": "training.optimizer.lr",
+    "min-lr": "training.optimizer.min_lr",
+    "weight-decay": "training.optimizer.weight_decay",
+    "adam-beta1": "training.optimizer.adam_beta1",
+    "adam-beta2": "training.optimizer.adam_beta2",
+    "adam-eps": "training.optimizer.adam_eps",
+    "clip-grad": "training.optimizer.clip_grad",
+    "use-distributed-optimizer": "training.optimizer.use_distributed_optimizer true",
+    "lr-warmup-iters": "training.scheduler.warmup_iters",
+    "lr-decay-style": "training.scheduler.decay_style",
+    "lr-decay-iters": "training.scheduler.decay_iters",
+    "save": "training.checkpoint.save",
+    "load": "training.checkpoint.load",
+    "save-interval": "training.checkpoint.save_interval",
+    "finetune": "training.checkpoint.finetune true",
+    "async-save": "training.checkpoint.async_save true",
+    "log-interval": "training.logging.log_interval",
+    "tensorboard-dir": "training.logging.tensorboard_dir",
+    "data-path": "data.paths.<lang> PREFIX",
+    "split": "data.split",
+    "data-cache-path": "data.cache_dir",
+    "reset-position-ids": "data.reset_position_ids true",
+    "reset-attention-mask": "data.reset_attention_mask true",
+    "eod-mask-loss": "data.eod_mask_loss true",
+    "num-workers": "data.num_workers",
+    "tokenizer-model": "tokenizer.path",
+}
+"""Megatron-LM's common flags -> the dotted field (and value, for a switch) that does the same here."""
+
+
+def check_megatron_flags(overrides: list[str]) -> None:
+    """A ValueError naming our field for a Megatron-LM flag (--tensor-model-parallel-size 2 ->
+    --parallel.tensor_model_parallel_size 2); dotted flags pass."""
+    for arg in overrides:
+        flag = arg.partition("=")[0]
+        if not flag.startswith("--") or "." in flag:
+            continue
+        ours = MEGATRON_LM_FLAGS.get(flag[2:].replace("_", "-"))
+        if ours is not None:
+            raise ValueError(f"{flag} is Megatron-LM's flag; did you mean --{ours}?")
+
+
 def job_from_cli(
-    argv: list[str] | None, description: str, aliases: dict[str, tuple[str, str | None]] | None = None
+    argv: list[str] | None,
+    description: str,
+    aliases: dict[str, tuple[str, str | None]] | None = None,
+    sections: tuple[str, ...] | None = None,
 ) -> tuple[argparse.Namespace, JobConfig]:
-    """The entry scripts' command line: --config YAML [--dry-run [--world-size N]] and dotted
-    overrides of any field (--training.train_iters 100). `aliases` maps a script's older flags onto
-    dotted fields (listed in --help). Returns (flags, the loaded JobConfig)."""
-    epilog = None
+    """The entry scripts' command line: --config YAML [--dry-run [--world-size N]] [--print-config]
+    and dotted overrides of any field (--training.train_iters 100). `aliases` maps a script's older
+    flags onto dotted fields (listed in --help); --help lists the fields of `sections` (default all)
+    with their defaults. --print-config prints the effective config as YAML and exits. Returns
+    (flags, the loaded JobConfig)."""
+    epilog = "config fields (YAML sections, or dotted flags; defaults shown):\n" + "\n".join(
+        config_help(JobConfig, sections)
+    )
     if aliases:
         rows = [
             f"  {flag:20s} --{dotted}" + (f" {fixed}" if fixed else "")
             for flag, (dotted, fixed) in aliases.items()
         ]
-        epilog = "older flags, still accepted as aliases of dotted fields:\n" + "\n".join(rows)
+        epilog += "\n\nolder flags, still accepted as aliases of dotted fields:\n" + "\n".join(rows)
     parser = argparse.ArgumentParser(
         description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -105,6 +186,19 @@ def job_from_cli(
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of configuration and data errors too"
     )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective config (YAML, defaults filled in) and exit",
+    )
     argv = sys.argv[1:] if argv is None else argv
     args, overrides = parser.parse_known_args(expand_flag_aliases(argv, aliases or {}))
-    return args, load_config(JobConfig, args.config, overrides)
+    check_megatron_flags(overrides)
+    cfg = load_config(JobConfig, args.config, overrides)
+    if args.print_config:
+        import yaml
+
+        tree = to_dict(cfg)
+        print(yaml.safe_dump({k: tree[k] for k in sections} if sections else tree, sort_keys=False), end="")
+        raise SystemExit(0)
+    return args, cfg

@@ -107,7 +107,8 @@ def gpt_dataset_config(cfg: JobConfig, blend: dict[str, float] | None = None):
 
 
 def build_cpt_datasets(cfg: JobConfig, train_samples: int, valid_samples: int = 0):
-    """(train, valid) map-style datasets of the CPT blend; valid is None when the split or count gives none.
+    """(train, valid) map-style datasets of the CPT blend; valid is None when the split or count gives
+    none (no validation set is built then: training.eval_interval 0, or data.split '100,0,0').
 
     Call on every rank (megatron's builder is collective when torch.distributed is up: rank 0
     builds and caches the indices, the others load them).
@@ -117,14 +118,45 @@ def build_cpt_datasets(cfg: JobConfig, train_samples: int, valid_samples: int = 
 
     if train_samples <= 0:
         raise ValueError(f"train_samples must be positive, got {train_samples}")
-    check_splits_fit(cfg, with_valid=valid_samples > 0)
     config = gpt_dataset_config(cfg)
-    # megatron needs a size for every split with weights; an unused valid split gets 1 sample.
-    sizes = [train_samples, max(valid_samples, 1), 0]
-    train, valid, _ = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()
+    if config.split_matrix[1] is None:  # the split gives validation no documents
+        valid_samples = 0
+    check_splits_fit(cfg, with_valid=valid_samples > 0)
     if valid_samples <= 0:
-        valid = None
-    return train, valid
+        # megatron builds every split the split matrix names; without this its valid blend, sized
+        # for nothing, can ask a small language for more samples than it has (an IndexError). The
+        # train split's bounds stay the same, so its samples do too.
+        config.split_matrix = [config.split_matrix[0], None, config.split_matrix[2]]
+    _warn_once_about_no_cache()
+    sizes = [train_samples, valid_samples, 0]
+    train, valid, _ = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()
+    return train, (valid if valid_samples > 0 else None)
+
+
+class _FirstOnly:
+    """A logging filter letting the first record of one message through, then none."""
+
+    def __init__(self, text: str):
+        self.text, self.seen = text, False
+
+    def filter(self, record) -> bool:
+        if self.text not in record.getMessage():
+            return True
+        seen, self.seen = self.seen, True
+        return not seen
+
+
+_NO_CACHE_FILTER = _FirstOnly("Cannot save the BlendedDataset indexes")
+
+
+def _warn_once_about_no_cache() -> None:
+    """megatron warns 'Cannot save the BlendedDataset indexes' for each blended split it builds without
+    data.cache_dir; print it once per process."""
+    import logging
+
+    blended = logging.getLogger("megatron.core.datasets.blended_dataset")
+    if _NO_CACHE_FILTER not in blended.filters:
+        blended.addFilter(_NO_CACHE_FILTER)
 
 
 def check_splits_fit(cfg: JobConfig, with_valid: bool) -> None:

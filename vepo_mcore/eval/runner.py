@@ -317,6 +317,25 @@ def _hypothesis_source(
     return replace(spec, kind=kind)
 
 
+def check_inputs(cfg: EvalConfig) -> None:
+    """What a run would otherwise find out only after translating or scoring: the metric names, the
+    COMET checkpoint and the output folder (ValueError / FileNotFoundError naming the field)."""
+    from vepo_mcore.config.cli import check_output_folder
+    from vepo_mcore.eval.metrics import METRICS
+
+    for name in (m.strip() for m in cfg.metrics.split(",") if m.strip()):
+        if name == "comet":
+            raise ValueError(
+                "eval.metrics: 'comet' is not a string metric; COMET-22 runs when eval.comet_checkpoint "
+                f"names its checkpoint (wmt22-comet-da model.ckpt); string metrics: {', '.join(METRICS)}"
+            )
+        if name not in METRICS:
+            raise ValueError(f"eval.metrics: unknown metric {name!r}; known: {', '.join(METRICS)}")
+    if cfg.comet_checkpoint and not Path(cfg.comet_checkpoint).is_file():
+        raise FileNotFoundError(f"eval.comet_checkpoint {cfg.comet_checkpoint} is not a file")
+    check_output_folder("eval.out_dir", cfg.out_dir)
+
+
 def run_evaluation(job: EvalJob) -> dict:
     """Evaluate job.eval.system on the selected directions and write every report; returns the scores.json payload."""
     job.eval.validate()
@@ -457,6 +476,7 @@ def print_summary(payload: dict, out_dir: str | Path, file=None) -> None:
 def evaluate_config(cfg: EvalConfig) -> dict | None:
     """tools/evaluate.py's run: translate a checkpoint system first (every rank of the process group
     helps; rank 0 scores), evaluate, print the summary. Returns the payload (None on other ranks)."""
+    check_inputs(cfg)
     if cfg.system.resolved_kind == "checkpoint":
         import torch.distributed as dist
 

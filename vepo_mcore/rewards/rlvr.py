@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from vepo_mcore.config.rewards import RewardsConfig
-from vepo_mcore.rewards.registry import get_reward, run_reward
+from vepo_mcore.rewards.registry import get_reward, registered_rewards, run_reward
 from vepo_mcore.translation.sample import Sample
 
 
@@ -37,6 +37,16 @@ def active_terms(cfg: RewardsConfig) -> list[tuple[str, float]]:
         for name, weight in cfg.weights.items()
         if weight != 0 and not (name == "mt" and cfg.mt == "none")
     ]
+
+
+def check_weights(cfg: RewardsConfig) -> None:
+    """Every key of rl.rewards.weights names a registered reward term (a typo would otherwise fail at
+    the first step's scoring, or never when its weight is 0): a ValueError listing the known ones."""
+    unknown = sorted(set(cfg.weights) - set(registered_rewards()))
+    if unknown:
+        raise ValueError(
+            f"rl.rewards.weights: unknown reward term(s) {unknown}; registered: {', '.join(registered_rewards())}"
+        )
 
 
 def rlvr_reward(samples: list[Sample], cfg: RewardsConfig | None = None) -> list[float]:

@@ -29,12 +29,13 @@ import torch.distributed as dist
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.models.fp8 import token_multiple
 from vepo_mcore.parallel.device import device
-from vepo_mcore.rewards.rlvr import rlvr_reward
+from vepo_mcore.rewards.rlvr import check_weights, rlvr_reward
 from vepo_mcore.rl import experience as xp
 from vepo_mcore.rl.filtering import dynamic_sampling, filter_candidates
 from vepo_mcore.rl.losses import get_loss
 from vepo_mcore.rl.losses.loss_func import rl_forward_step
 from vepo_mcore.rm import reward as _rm_term  # noqa: F401  (registers the reward term `rm`)
+from vepo_mcore.training.logging import rl_flops_per_token
 from vepo_mcore.translation.sample import Sample
 
 
@@ -103,6 +104,13 @@ class RLTrainer:
                                     verify_hashes=ckpt.verify_hashes)  # fmt: skip
         self.engine = build_engine(cfg, model=unwrap(self.model), tokenizer=self.tokenizer)
         self.weights_stale = not self.engine.shares_training_weights
+        self.sync_s = 0.0  # weight-sync seconds of the current step (the console's time split)
+        self.flops_per_token = rl_flops_per_token(cfg, critic=self.critic is not None)
+
+    @property
+    def consumed_samples(self) -> int:
+        """Responses trained on so far."""
+        return self.iteration * self.cfg.rl.prompts_per_step * self.cfg.rl.filtering.group_size
 
     # -- the step, in training/runner.py's loop -----------------------------------------------
     def describe(self) -> str:
@@ -110,7 +118,7 @@ class RLTrainer:
 
     def step(self) -> tuple[dict[str, float], int]:
         """One RL step: its metrics (the same on every rank) and the tokens it rolled out."""
-        start = time.perf_counter()
+        start, self.sync_s = time.perf_counter(), 0.0
         samples, metrics = self.rollout()
         rolled = time.perf_counter()
         exp = self.experience(samples, metrics)
@@ -119,6 +127,7 @@ class RLTrainer:
         # Where the step's time goes (slime/verl log the same split): generation + rewards, the
         # old/reference log-prob passes, the optimizer steps.
         metrics["perf/rollout_s"] = rolled - start
+        metrics["perf/sync_s"] = self.sync_s  # part of perf/rollout_s
         metrics["perf/experience_s"] = scored - rolled
         metrics["perf/train_s"] = time.perf_counter() - scored
         self.weights_stale = not self.engine.shares_training_weights
@@ -195,7 +204,9 @@ class RLTrainer:
         if self.weights_stale or not self.engine.weights_survive_sleep:
             from vepo_mcore.rollout.weight_sync import sync_weights
 
+            start = time.perf_counter()
             sync_weights(self.engine, self.model, self.cfg, version=self.iteration)
+            self.sync_s += time.perf_counter() - start
             self.weights_stale = False
         yield self.engine
         self.engine.sleep()
@@ -278,7 +289,7 @@ def train_rl(cfg: JobConfig) -> list[dict[str, float]]:
     """Run RL to training.train_iters steps, logging and checkpointing; returns this call's metrics."""
     from vepo_mcore.training.runner import run_training
 
-    return run_training(cfg.training.checkpoint, lambda: RLTrainer(cfg))
+    return run_training(cfg.training.checkpoint, lambda: RLTrainer(cfg), cfg.training.logging)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -294,8 +305,10 @@ def _step_seed(cfg: JobConfig, iteration: int, round_: int, dp_rank: int) -> int
 def rl_job_config(cfg: JobConfig) -> JobConfig:
     """The config as the RL loop runs it: training.global_batch_size = responses per optimizer step
     (prompts_per_step * group_size / mini_batches), LR decay over all optimizer steps of the run
-    (RL steps x epochs x mini-batches) unless set. An unregistered rl.loss.name is a ValueError."""
+    (RL steps x epochs x mini-batches) unless set. An unregistered rl.loss.name or reward term of
+    rl.rewards.weights is a ValueError."""
     get_loss(cfg.rl.loss.name)
+    check_weights(cfg.rl.rewards)
     cfg = copy.deepcopy(cfg)
     rl = cfg.rl
     cfg.training.global_batch_size = max(rl.prompts_per_step * rl.filtering.group_size // rl.mini_batches, 1)

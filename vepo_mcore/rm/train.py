@@ -114,7 +114,7 @@ def train_and_report(cfg: JobConfig) -> dict:
         (out / "eval.md").write_text(markdown_report(result, title))
         (out / "eval.json").write_text(json.dumps(summary, indent=1))
         if history:
-            plot_curves(history, out / "curves.png", panels=CURVES, xlabel="step")
+            plot_curves(history, out / "curves.png", panels=CURVES, xlabel="step", smooth=0.95)
         print(markdown_report(result, title))
     dist.barrier()
     return summary

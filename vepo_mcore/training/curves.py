@@ -1,7 +1,8 @@
 """Training curves as PNG, smoothed with the raw values faint: by default reward, entropy, response length
 and KL per RL step (one run or many); any metrics with `panels` (the reward model's losses and accuracies).
 A metric logged on fewer than half the steps (KL measured every 10th step, validation every N) is drawn
-point by point, unsmoothed."""
+point by point, unsmoothed. A legend says which line is raw and which smoothed (and which run is which);
+steps are whole numbers on the axis, and no axis shows an offset label (values read as they are)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def plot_curves(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
 
     runs = history if isinstance(history, dict) else {"run": history}
     cols = 3
@@ -69,10 +72,18 @@ def plot_curves(
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.ticklabel_format(useOffset=False)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    if len(runs) > 1:
-        axes.flat[0].legend(fontsize=7, ncol=2)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if len(runs) == 1:  # one run's name says nothing
+        handles, labels = [], []
+    if smooth > 0:  # which line is which: the same colour, faint = raw, solid = smoothed
+        handles += [Line2D([], [], color="grey", linewidth=0.8, alpha=0.35), Line2D([], [], color="grey")]
+        labels += ["raw", f"smoothed (EMA {smooth:g})"]
+    if handles:
+        axes.flat[0].legend(handles, labels, fontsize=7, ncol=2)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,20 @@
-"""Rank-0 training metrics: console progress bar, tensorboard, JSONL; tokens/s, ETA and MFU.
+"""Rank-0 training metrics: one console line per log interval, tensorboard, JSONL; tokens/s, TFLOP/s, ETA.
 
     logger = MetricsLogger(cfg, start_iteration=0, is_writer=rank == 0)
-    logger.log(iteration, {"train/loss": 2.3, "train/lr": 1e-4, ...}, tokens=4096)
+    logger.log(iteration, {"train/loss": 2.3, "train/lr": 1e-4, ...}, tokens=4096, consumed_samples=8)
     logger.close()
+
+Each log interval prints one line on stdout, Megatron-LM's fields in Megatron-LM's order (RL adds
+its reward, length, entropy, KL, clip fraction and time split), in a terminal and in a file alike:
+
+    [2026-11-28 05:40:12] iteration 4/4 | consumed samples 16 | consumed tokens 512 | elapsed time per
+    iteration (ms) 245.1 | tokens/s 522 | TFLOP/s per device 0.0 | lr 2.200E-03 | loss 11.9022 | grad
+    norm 1.302 | skipped 0 | nan 0 | peak memory 1.21 GiB (RSS) | eta 00:00
+
+TFLOP/s counts the model FLOPs of the config (model_flops_per_token; RL: rl_flops_per_token) on any
+device; peak memory is torch.cuda.max_memory_allocated on a GPU, the process's peak RSS elsewhere.
+Skipped and nan count the interval's steps whose optimizer step was skipped or whose loss was
+not finite. Consumed tokens continue from the metrics file on a resume.
 
 Metric names are namespaced (`train/loss`, `train/grad_norm`, `perf/tokens_per_s`); the JSONL
 file gets one object per logged step with `step` plus every metric. Only the writer rank
@@ -10,8 +22,8 @@ file gets one object per logged step with `step` plus every metric. Only the wri
 
 Metrics resume with the run: a logger starting at iteration N (a resume, or 0 for a fresh start)
 first drops the JSONL records after step N (left by a run killed after its last checkpoint) and
-opens tensorboard with purge_step N + 1, so each step appears once in both. The progress bar is
-drawn only on a terminal; when stderr is a file (SLURM, CI) each log interval prints one line.
+opens tensorboard with purge_step N + 1, so each step appears once in both. A progress bar (loss,
+tokens/s, ETA) is drawn below the lines on stderr when stderr is a terminal; it never replaces them.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ import math
 import os
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from vepo_mcore.config.job import JobConfig
@@ -29,14 +42,15 @@ from vepo_mcore.config.job import JobConfig
 H100_BF16_PEAK_FLOPS = 989e12
 
 
-def model_flops_per_token(cfg: JobConfig) -> float:
+def model_flops_per_token(cfg: JobConfig, seq_length: int | None = None) -> float:
     """Training FLOPs per token (forward + backward = 3x forward) of the Qwen2.5-shaped decoder.
 
     Forward per token: 2 * (attention + MLP + output-layer matmul parameters) + causal attention
-    scores 2 * 2 * s * h / 2 per layer (QK^T and PV, half of them masked).
+    scores 2 * 2 * s * h / 2 per layer (QK^T and PV, half of them masked); s = `seq_length`
+    (default training.seq_length).
     """
     m = cfg.model
-    h, s, layers = m.hidden_size, cfg.training.seq_length, m.num_layers
+    h, s, layers = m.hidden_size, seq_length or cfg.training.seq_length, m.num_layers
     kv = m.num_query_groups * m.head_dim
     q = m.num_attention_heads * m.head_dim
     attn_params = h * q + 2 * h * kv + q * h
@@ -46,8 +60,22 @@ def model_flops_per_token(cfg: JobConfig) -> float:
     return 3.0 * forward
 
 
+def rl_flops_per_token(cfg: JobConfig, critic: bool = False) -> float:
+    """Model FLOPs of one RL step per rolled-out token kept for training (an estimate: extra dynamic
+    sampling rounds are not counted). Per token, in forward passes: generating the K candidates of
+    which G are kept (K / G), the old log-probs (1), the reference (1, when a KL is optimised), and
+    rl.ppo_epochs of training (3 each); a PPO critic adds its value pass and its training."""
+    rl = cfg.rl
+    # sequences of a prompt and its response: the response is at most max_new_tokens
+    forward = model_flops_per_token(cfg, seq_length=2 * rl.rollout.sampling.max_new_tokens) / 3.0
+    passes = rl.filtering.num_candidates / rl.filtering.group_size + 1 + 3 * rl.ppo_epochs
+    passes += 1 if rl.kl.estimator != "none" else 0
+    passes += 1 + 3 * rl.ppo_epochs if critic else 0
+    return forward * passes
+
+
 class MetricsLogger:
-    """Rank-0 console/progress bar + tensorboard + JSONL writer for per-step metrics."""
+    """Rank-0 console line (and progress bar) + tensorboard + JSONL writer for per-step metrics."""
 
     def __init__(
         self,
@@ -56,6 +84,7 @@ class MetricsLogger:
         is_writer: bool = True,
         world_size: int = 1,
         peak_flops: float | None = None,
+        flops_per_token: float | None = None,
     ) -> None:
         log = cfg.training.logging
         self.cfg = cfg
@@ -63,7 +92,8 @@ class MetricsLogger:
         self.total = cfg.training.train_iters
         self.start_iteration = start_iteration
         self.world_size = world_size
-        self.flops_per_token = model_flops_per_token(cfg)
+        self.flops_per_token = flops_per_token if flops_per_token is not None else model_flops_per_token(cfg)
+        self.consumed_tokens = 0
         self.peak_flops = peak_flops if peak_flops is not None else _gpu_peak_flops()
         self._start_time = time.perf_counter()
         self._last_time = self._start_time
@@ -83,6 +113,9 @@ class MetricsLogger:
         if jsonl:
             Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
             drop_records_after(jsonl, start_iteration)
+            self.consumed_tokens = (
+                int(read_metrics(jsonl)[-1].get("perf/consumed_tokens", 0)) if start_iteration else 0
+            )
             self._jsonl = open(jsonl, "a")  # noqa: SIM115 - kept open for the whole run
         if log.progress_bar and sys.stderr.isatty():
             from tqdm import tqdm
@@ -92,12 +125,22 @@ class MetricsLogger:
             )
 
     def log(
-        self, iteration: int, metrics: dict[str, float], tokens: int | None, steps: int = 1
+        self,
+        iteration: int,
+        metrics: dict[str, float],
+        tokens: int | None,
+        steps: int = 1,
+        consumed_samples: int | None = None,
+        interval: list[dict[str, float]] | None = None,
     ) -> dict[str, float]:
         """Record `metrics` at `iteration`; `tokens` = tokens processed (all ranks) in the last `steps`
-        training steps (None for evaluation rows: no perf metrics, the step clock is not reset).
+        training steps (None for evaluation rows: no perf metrics, the step clock is not reset);
+        `interval`: the metrics of each of those steps (default: `metrics` alone), for the skipped and
+        nan counts.
 
-        Adds perf/tokens_per_s, perf/step_time_s, perf/eta_s (and perf/mfu on GPU); returns the row.
+        Adds perf/tokens_per_s, perf/step_time_s, perf/eta_s, perf/tflops_per_device,
+        perf/consumed_tokens (and perf/consumed_samples), perf/peak_memory_gib, train/skipped_iters,
+        train/nan_iters (and perf/mfu on a known GPU); returns the row.
         """
         row = dict(metrics)
         if tokens is not None:
@@ -108,6 +151,17 @@ class MetricsLogger:
             row["perf/step_time_s"] = elapsed / max(steps, 1)
             mean_step = (now - self._start_time) / max(iteration - self.start_iteration, 1)
             row["perf/eta_s"] = mean_step * max(self.total - iteration, 0)
+            self.consumed_tokens += tokens
+            row["perf/consumed_tokens"] = float(self.consumed_tokens)
+            if consumed_samples is not None:
+                row["perf/consumed_samples"] = float(consumed_samples)
+            row["perf/tflops_per_device"] = (
+                row["perf/tokens_per_s"] * self.flops_per_token / self.world_size / 1e12
+            )
+            row["perf/peak_memory_gib"] = peak_memory_bytes() / 2**30
+            steps_rows = interval or [metrics]
+            row["train/skipped_iters"] = float(sum(r.get("train/skipped", 0.0) > 0 for r in steps_rows))
+            row["train/nan_iters"] = float(sum(not _finite_step(r) for r in steps_rows))
             if self.peak_flops:
                 achieved = row["perf/tokens_per_s"] * self.flops_per_token
                 row["perf/mfu"] = achieved / (self.peak_flops * self.world_size)
@@ -119,12 +173,11 @@ class MetricsLogger:
         if self._jsonl is not None:
             self._jsonl.write(json.dumps({"step": iteration, **row}) + "\n")
             self._jsonl.flush()
-        summary = _summary(row)
         if self._bar is not None:
             self._bar.update(iteration - self._bar.n)
-            self._bar.set_postfix_str(summary, refresh=True)
-        else:
-            print(f"step {iteration}/{self.total} | {summary}", file=sys.stderr, flush=True)
+            self._bar.set_postfix_str(_summary(row), refresh=False)
+        # The line prints whatever the bar does (a terminal of width 0 draws no bar at all).
+        self.message(format_line(iteration, self.total, row))
         return row
 
     def reset_clock(self) -> None:
@@ -132,13 +185,14 @@ class MetricsLogger:
         self._last_time = time.perf_counter()
 
     def message(self, text: str) -> None:
-        """A line on the console (rank 0), kept clear of the progress bar."""
+        """A line on stdout (rank 0), kept clear of the progress bar (drawn on stderr)."""
         if not self.is_writer:
             return
         if self._bar is not None:
-            self._bar.write(text, file=sys.stderr)
+            self._bar.write(text, file=sys.stdout)
         else:
-            print(text, file=sys.stderr, flush=True)
+            print(text, file=sys.stdout)
+        sys.stdout.flush()
 
     def close(self) -> None:
         if self._bar is not None:
@@ -196,23 +250,94 @@ def drop_records_after(path: str | Path, step: int) -> int:
     return dropped
 
 
+LINE_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("perf/consumed_samples", "consumed samples", "{:,.0f}"),
+    ("perf/consumed_tokens", "consumed tokens", "{:,.0f}"),
+    ("perf/step_time_ms", "elapsed time per iteration (ms)", "{:.1f}"),
+    ("perf/tokens_per_s", "tokens/s", "{:,.0f}"),
+    ("perf/tflops_per_device", "TFLOP/s per device", "{:.3g}"),
+    ("perf/mfu", "MFU", "{:.1%}"),
+    ("train/lr", "lr", "{:.3E}"),
+    ("train/loss", "loss", "{:.4f}"),
+    ("valid/loss", "validation loss", "{:.4f}"),
+    ("valid/overall_pass", "validation overall pass", "{:.1f}%"),
+    ("valid/chrf", "validation chrF++", "{:.2f}"),
+    ("train/grad_norm", "grad norm", "{:.3f}"),
+    ("train/skipped_iters", "skipped", "{:.0f}"),
+    ("train/nan_iters", "nan", "{:.0f}"),
+    ("perf/peak_memory_gib", "peak memory", "{:.2f} GiB"),
+    ("reward/total", "reward", "{:.3f}"),
+    ("rollout/len_mean", "response length", "{:.1f}"),
+    ("rollout/entropy", "entropy", "{:.3f}"),
+    ("rl/kl_k3", "kl", "{:.2e}"),
+    ("rl/clip_frac", "clip frac", "{:.3f}"),
+)
+"""(metric, label, format) of the console line, in order; a metric the row lacks is left out."""
+
+RL_TIME_SPLIT = ("perf/rollout_s", "perf/sync_s", "perf/experience_s", "perf/train_s")
+"""An RL step's time split, printed as 'time rollout/sync/logprobs/train (s) 3.1/0.0/0.4/0.9'."""
+
+
+def format_line(iteration: int, total: int, row: dict[str, float]) -> str:
+    """The console line of one logged row: '[timestamp] iteration N/total | label value | ...'."""
+    values = dict(row)
+    if "perf/step_time_s" in values:
+        values["perf/step_time_ms"] = 1000 * values["perf/step_time_s"]
+    parts = [f"[{datetime.now():%Y-%m-%d %H:%M:%S}] iteration {iteration}/{total}"]
+    for name, label, fmt in LINE_FIELDS:
+        value = values.get(name)
+        if value is None:
+            continue
+        text = fmt.format(value)
+        if name == "perf/peak_memory_gib":
+            text += " (GPU)" if _on_cuda() else " (RSS)"
+        if name == "reward/total":
+            terms = [
+                f"{key[len('reward/'):]} {v:.3f}" for key, v in values.items()
+                if key.startswith("reward/") and key != "reward/total" and not key.endswith("_raw")
+            ]  # fmt: skip
+            text += f" ({' '.join(terms)})" if terms else ""
+        parts.append(f"{label} {text}")
+    if all(name in values for name in RL_TIME_SPLIT):
+        split = "/".join(f"{values[name]:.1f}" for name in RL_TIME_SPLIT)
+        parts.append(f"time rollout/sync/logprobs/train (s) {split}")
+    if "perf/eta_s" in values:
+        parts.append(f"eta {_duration(values['perf/eta_s'])}")
+    return " | ".join(parts)
+
+
 def _summary(row: dict[str, float]) -> str:
+    """The progress bar's short postfix: loss, tokens/s, ETA."""
     parts = []
-    for name, label, fmt in (
-        ("train/loss", "loss", "{:.4f}"),
-        ("valid/loss", "valid loss", "{:.4f}"),
-        ("valid/overall_pass", "valid overall", "{:.1f}%"),
-        ("valid/chrf", "valid chrF++", "{:.2f}"),
-        ("train/lr", "lr", "{:.2e}"),
-        ("train/grad_norm", "gnorm", "{:.3f}"),
-        ("perf/tokens_per_s", "tok/s", "{:.0f}"),
-        ("perf/mfu", "mfu", "{:.1%}"),
-    ):
+    for name, label, fmt in (("train/loss", "loss", "{:.4f}"), ("perf/tokens_per_s", "tok/s", "{:.0f}")):
         if name in row and row[name] is not None and not math.isnan(row[name]):
             parts.append(f"{label} {fmt.format(row[name])}")
     if "perf/eta_s" in row:
         parts.append(f"eta {_duration(row['perf/eta_s'])}")
     return " | ".join(parts)
+
+
+def _finite_step(row: dict[str, float]) -> bool:
+    """Whether a step's loss is finite, as Megatron-LM counts nan iterations (the grad norm is NaN
+    whenever clipping is off, training.optimizer.clip_grad 0)."""
+    return math.isfinite(row.get("train/loss", 0.0))
+
+
+def _on_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def peak_memory_bytes() -> int:
+    """This process's peak memory: torch.cuda.max_memory_allocated on a GPU, the peak RSS elsewhere."""
+    if _on_cuda():
+        import torch
+
+        return torch.cuda.max_memory_allocated()
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
 
 
 def _duration(seconds: float) -> str:

@@ -153,7 +153,7 @@ def pretrain(
     build = partial(
         LMTrainer, cfg, train_dataset, valid_dataset, forward_step_func, tokenizer_dir, model_provider
     )
-    return run_training(cfg.training.checkpoint, build)
+    return run_training(cfg.training.checkpoint, build, cfg.training.logging)
 
 
 class LMTrainer:
@@ -188,6 +188,7 @@ class LMTrainer:
         self.dp_rank, self.dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
         self.n_micro = num_microbatches(cfg, self.dp_size)
         self.log_interval = t.logging.log_interval
+        self.flops_per_token = None  # the config's model, trained on every token
 
         self.model = wrap_model((model_provider or build_model)(cfg), cfg)
         self.optimizer = build_optimizer(self.model, cfg)
@@ -207,8 +208,15 @@ class LMTrainer:
             train_dataset, "rows_per_sample", 1
         )  # sequences per sample: megatron's p2p shapes
 
+    @property
+    def consumed_samples(self) -> int:
+        return self.consumed
+
     def describe(self) -> str:
-        return describe_run(self.cfg, self.train_dataset, self.dp_size, self.n_micro, self.iteration)
+        line = describe_run(self.cfg, self.train_dataset, self.dp_size, self.n_micro, self.iteration)
+        if self.cfg.training.eval_interval and self.valid_dataset is None:
+            line += "\nno validation set (data.split gives validation nothing): no evaluation runs"
+        return line
 
     def step(self) -> tuple[dict[str, float], int]:
         from vepo_mcore.data.packing import schedule_shape
