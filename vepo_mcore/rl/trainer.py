@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from vepo_mcore.config.job import JobConfig
+from vepo_mcore.eval.diversity import distinct_n, group_chrf
 from vepo_mcore.models.fp8 import token_multiple
 from vepo_mcore.parallel.device import device
 from vepo_mcore.rewards.rlvr import check_weights, rlvr_reward
@@ -369,7 +370,18 @@ def _reward_metrics(samples: list[Sample]) -> dict[str, float]:
     for name in samples[0].passed:
         metrics[f"constraint/{name}"] = _mean([float(s.passed.get(name, False)) for s in samples])
     metrics["constraint/overall"] = _mean([float(s.compliant) for s in samples])
-    return metrics
+    return metrics | group_diversity(samples)
+
+
+def group_diversity(samples: list[Sample]) -> dict[str, float]:
+    """rollout/group_chrf and rollout/distinct2: eval/diversity.py's measures averaged over the
+    prompt groups (all K candidates of each prompt)."""
+    groups: dict[int, list[str]] = {}
+    for s in samples:
+        groups.setdefault(s.group_id, []).append(s.response)
+    chrf = [v for v in (group_chrf(g) for g in groups.values()) if v == v]
+    distinct = [v for v in (distinct_n(g, 2) for g in groups.values()) if v == v]
+    return {"rollout/group_chrf": _mean(chrf), "rollout/distinct2": _mean(distinct)}
 
 
 def _experience_metrics(samples: list[Sample], exp: xp.Experience) -> dict[str, float]:
