@@ -65,12 +65,10 @@ def read_po(text: str, name: str = "<po>") -> dict[str, str]:
     """A gettext .po catalog (entries separated by blank lines), the same mapping as read_mo;
     fuzzy entries are left out."""
     out: dict[str, str] = {}
-    number = 0
     for block in re.split(r"\n\s*\n", text):
         fields: dict[str, str] = {}
         field, fuzzy = None, False
         for line in block.splitlines():
-            number += 1
             line = line.strip()
             if line.startswith("#"):
                 fuzzy = fuzzy or (line.startswith("#,") and "fuzzy" in line)
