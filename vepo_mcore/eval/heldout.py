@@ -50,8 +50,8 @@ METRICS = {
 chrf_source is chrf minus :func:`mismatched_chrf` (chrF++ points that depend on the source)."""
 LABELS = {"stop_rate": "stop", "lang_pass": "lang", "length_pass": "length", "mixing_pass": "mixing",
           "overall_pass": "overall", "chrf": "chrF++", "chrf_source": "chrF++ from src",
-          "same_opening": "same opening"}  # fmt: skip
-"""Column label of each summary value (METRICS and same_opening)."""
+          "same_opening": "same opening", "copy_rate": "names/numbers kept"}  # fmt: skip
+"""Column label of each summary value (METRICS, same_opening and copy_rate)."""
 OPENING_CHARS = 20
 """Characters of a hypothesis that make its opening (same_opening_share)."""
 

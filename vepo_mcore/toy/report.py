@@ -33,8 +33,12 @@ CURVES = (
     ("constraint/overall", "constraint pass rate (samples)"),
     ("rollout/truncated_frac", "share cut at max_new_tokens"),
 )
-SUMMARY = (*METRICS, "same_opening")
-"""The summary values averaged over seeds: METRICS (with intervals) and same_opening (without)."""
+SUMMARY = (*METRICS, "same_opening", "copy_rate")
+"""The summary values averaged over seeds: METRICS (with intervals), same_opening and copy_rate."""
+INDOMAIN = ("chrf_indomain", "chrf_source_indomain")
+"""With the parallel text: chrF++ and chrf_source on its in-domain held-out pairs (with intervals)."""
+ROLLOUT_WINDOW = 10
+"""RL steps averaged at each end of a run for group_chrf and entropy_ratio."""
 
 
 def _seed_of(root: Path) -> int:
@@ -64,6 +68,9 @@ def seed_result(root: Path) -> dict:
         before = _records(root, "cpt", COMPARE_SENTENCES)
         result["before_sft"] = summarize(before)
         result["sft_delta_ci95"] = paired_deltas(before, sft)
+    if (root / "heldout_sft_indomain.jsonl").is_file():
+        _add_indomain(root, result)
+    _add_rollout_measures(root, result)
     sft_all, rl_all = _records(root, "sft"), _records(root, "rl")
     if len(sft_all) > len(sft):
         result["all"] = {
@@ -72,6 +79,39 @@ def seed_result(root: Path) -> dict:
             "delta_ci95": paired_deltas(sft_all, rl_all),
         }
     return result
+
+
+def _add_indomain(root: Path, result: dict) -> None:
+    """chrf_indomain / chrf_source_indomain of the SFT and RL policies and their RL - SFT intervals."""
+    sft, rl = (
+        _records(root, "sft_indomain", COMPARE_SENTENCES),
+        _records(root, "rl_indomain", COMPARE_SENTENCES),
+    )
+    deltas = paired_deltas(sft, rl)
+    for name, records in (("sft", sft), ("rl", rl)):
+        summary = summarize(records)
+        result[name] |= {"chrf_indomain": summary["chrf"], "chrf_source_indomain": summary["chrf_source"]}
+    result["delta_ci95"] |= {"chrf_indomain": deltas["chrf"], "chrf_source_indomain": deltas["chrf_source"]}
+
+
+def _add_rollout_measures(root: Path, result: dict) -> None:
+    """From the RL run's metrics: group_chrf (mean pairwise chrF++ of a prompt's samples) of the SFT
+    policy (the first ROLLOUT_WINDOW steps) and of the RL policy (the last), and entropy_ratio, the
+    sampled token entropy of the last ROLLOUT_WINDOW steps over the first's."""
+    from vepo_mcore.training.logging import read_metrics
+
+    rows = [r for r in read_metrics(root / "rl" / "metrics.jsonl") if "rollout/entropy" in r]
+    if not rows:
+        return
+    first, last = rows[:ROLLOUT_WINDOW], rows[-ROLLOUT_WINDOW:]
+
+    def mean(window: list[dict], key: str) -> float:
+        values = [r[key] for r in window if key in r]
+        return sum(values) / len(values) if values else float("nan")
+
+    result["sft"]["group_chrf"] = mean(first, "rollout/group_chrf")
+    result["rl"]["group_chrf"] = mean(last, "rollout/group_chrf")
+    result["rl"]["entropy_ratio"] = mean(last, "rollout/entropy") / mean(first, "rollout/entropy")
 
 
 def constraint_tables(root: Path, out_dir: Path) -> dict[str, dict]:
@@ -139,10 +179,11 @@ def write_report(seed_dirs: list[Path], shared_dir: Path, out_dir: str | Path) -
     summary = {
         "seeds": [s["seed"] for s in seeds],
         "wall_s_one_seed": wall,
-        "sft": {name: _mean([s["sft"][name] for s in seeds]) for name in SUMMARY},
-        "rl": {name: _mean([s["rl"][name] for s in seeds]) for name in SUMMARY},
+        "sft": _means(seeds, "sft"),
+        "rl": _means(seeds, "rl"),
         "delta_ci95": {
-            name: min((s["delta_ci95"][name] for s in seeds), key=lambda ci: ci[0]) for name in METRICS
+            name: min((s["delta_ci95"][name] for s in seeds), key=lambda ci: ci[0])
+            for name in seeds[0]["delta_ci95"]
         },
         "stage_wall_s": {**shared, **(seeds[fastest]["wall_s"] if fastest is not None else {})},
         "per_seed": seeds,
@@ -160,9 +201,17 @@ def write_report(seed_dirs: list[Path], shared_dir: Path, out_dir: str | Path) -
         summary["sft_delta_ci95"] = {name: min((s["sft_delta_ci95"][name] for s in seeds), key=lambda ci: ci[0])
                                      for name in METRICS}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if (shared_dir / "bitext" / "data.json").is_file():
+        (out / "data.json").write_text((shared_dir / "bitext" / "data.json").read_text())
     (out / "results.md").write_text(results_markdown(summary))
     plot_rl_curves(seed_dirs, out / "rl_curves.png")
     return summary
+
+
+def _means(seeds: list[dict], policy: str) -> dict[str, float]:
+    """Mean over seeds of every value the seeds' `policy` summaries share (n excluded)."""
+    names = [k for k in seeds[0][policy] if k != "n" and all(k in s[policy] for s in seeds)]
+    return {name: _mean([s[policy][name] for s in seeds]) for name in names}
 
 
 def _row(label: str, values: list[float], fmt: str = "{:.1f}") -> str:
@@ -177,8 +226,8 @@ def results_markdown(summary: dict) -> str:
     names, deltas = list(SUMMARY), list(METRICS)
     header = _header(names)
     lines = ["# Toy recipe: held-out results (generated by tools/run_toy.py)", "",
-             f"FLORES devtest, the first {summary['per_seed'][0]['sft']['n'] // 4} sentences of each of "
-             "en-th, en-vi, th-en, vi-en; greedy decoding. Seeds: " + ", ".join(map(str, summary["seeds"])) + ".",
+             f"FLORES devtest, the first {COMPARE_SENTENCES} sentences of each direction; greedy decoding. "
+             "Seeds: " + ", ".join(map(str, summary["seeds"])) + ".",
              _wall_line(summary["wall_s_one_seed"]), "",
              header]  # fmt: skip
     for s in summary["per_seed"]:
@@ -203,6 +252,19 @@ def results_markdown(summary: dict) -> str:
         for s in summary["per_seed"]:
             cells = [f"[{lo:+.1f}, {hi:+.1f}]" for lo, hi in (s["all"]["delta_ci95"][n] for n in deltas)]
             lines.append(f"| RL - SFT, seed {s['seed']} | " + " | ".join(cells) + " |")
+    extra = [
+        k
+        for k in ("chrf_indomain", "chrf_source_indomain", "group_chrf", "entropy_ratio")
+        if k in summary["rl"]
+    ]
+    if extra:
+        lines += ["", "In-domain held-out pairs (the parallel text's test set), the within-group pairwise chrF++ of the "
+                  f"RL samples (SFT: its first {ROLLOUT_WINDOW} steps, RL: its last) and the sampled entropy of the "
+                  "last steps over the first:", "", "| | " + " | ".join(extra) + " |", "|---|" + "---|" * len(extra)]  # fmt: skip
+        for s in summary["per_seed"]:
+            for policy in ("sft", "rl"):
+                cells = [f"{s[policy][k]:.2f}" if k in s[policy] else "" for k in extra]
+                lines.append(f"| {policy.upper()}, seed {s['seed']} | " + " | ".join(cells) + " |")
     lines += ["", "The paper's constraint table (tools/verify_constraints.py on the same hypotheses; Format is",
               "rated only where the source has structure, N of them):", "",
               "| system | Lang | Length | Format (N) | Mixing | Overall |", "|---|---|---|---|---|---|"]  # fmt: skip
