@@ -50,7 +50,7 @@ SPEC_METRICS = (
     "train/loss", "rl/clip_frac_low", "rl/clip_frac_high", "rl/ratio_mean", "rl/ratio_min", "rl/ratio_max",
     "rollout/entropy", "rollout/len_mean", "reward/mt", "reward/length", "reward/format", "reward/lid",
     "reward/mixing", "rl/adv_mean", "rl/adv_std", "rl/kl_k1", "rl/kl_k2", "rl/kl_k3",
-    "constraint/overall", "filter/compliance_rate", "rollout/logprob_mismatch",
+    "constraint/overall", "filter/compliance_rate", "rollout/logprob_mismatch", "rollout_corr/k3",
 )  # fmt: skip
 
 
@@ -225,3 +225,15 @@ def test_reward_model_serves_as_r_mt_in_the_trainer(tmp_path):
         assert rm[0][term] == chrf[0][term], term
     assert rm[0]["reward/mt"] != chrf[0]["reward/mt"] and math.isfinite(rm[0]["reward/mt"])
     assert math.isfinite(rm[0]["train/loss"])
+
+
+def test_rollout_correction_runs_on_the_embedded_engines_logprobs(tmp_path):
+    """The embedded engine returns its log-probs, so rl.rollout_correction runs on CPU. It samples
+    with the policy being trained: the mismatch is about 0 and no response is masked."""
+    cfg = _cfg(tmp_path / "mis", 1, "--rl.rollout_correction.mode", "mask", "--rl.rollout_correction.level",
+               "geometric")  # fmt: skip
+    ((step,),) = _run([cfg], tmp_path)
+    assert 0.0 <= step["rollout_corr/k3"] < 1e-6 and math.isfinite(step["train/loss"])
+    assert step["rollout_corr/masked_token_frac"] == step["rollout_corr/masked_seq_frac"] == 0.0
+    assert step["rollout_corr/ratio_max"] == pytest.approx(1.0, abs=1e-3)
+    assert step["rollout_corr/weight_mean"] == pytest.approx(1.0, abs=1e-3)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from vepo_mcore.config.rewards import FilterConfig, RewardsConfig
+from vepo_mcore.config.rollout_correction import RolloutCorrectionConfig
 
 
 @dataclass(kw_only=True)
@@ -193,6 +194,8 @@ class RLConfig:
     """RLVR candidate filtering."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Rollout engine."""
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    """Importance weights pi_old / pi_rollout on the policy-gradient term (TIS / MIS); off by default."""
     prompts_per_step: int = 8
     """Prompts per RL step (the paper: 128)."""
     ppo_epochs: int = 1
@@ -272,6 +275,7 @@ class RLConfig:
             )
         if self.prompts_per_step < 1 or self.ppo_epochs < 1 or self.mini_batches < 1:
             raise ValueError("rl.prompts_per_step, rl.ppo_epochs and rl.mini_batches must be >= 1")
+        self.rollout_correction.validate()
         self.rewards.validate()
 
 

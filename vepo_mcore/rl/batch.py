@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-TOKEN_FIELDS = ("old_logp", "mask", "entropy", "ref_logp", "advantages", "values", "old_values", "returns")
+TOKEN_FIELDS = ("old_logp", "mask", "entropy", "ref_logp", "advantages", "values", "old_values", "returns",
+                "rollout_is_weights")  # fmt: skip
 """Fields that must have logp's [B, T] shape."""
 
 
@@ -45,6 +46,9 @@ class RLBatch:
     """PPO: critic values at rollout time (for GAE and the value clip)."""
     returns: torch.Tensor | None = None
     """PPO: value targets (advantages + old values)."""
+    rollout_is_weights: torch.Tensor | None = None
+    """Rollout correction (rl.rollout_correction): weight of each token's policy-gradient term,
+    pi_old / pi_rollout truncated or masked, no gradient; None = 1."""
     response_lengths: torch.Tensor | None = None
     """[B] response lengths in tokens (DAPO overlong shaping); None = mask.sum(1)."""
     max_response_length: int | None = None

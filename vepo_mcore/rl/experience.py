@@ -69,6 +69,11 @@ class Experience:
     """[B] bool: responses the loss trains on (DAPO's dynamic sampling); None = all."""
     returns: torch.Tensor | None = None
     """[B, S]: value targets (PPO: GAE advantages + old values)."""
+    rollout_logp: torch.Tensor | None = None
+    """[B, S]: the rollout engine's log-prob of each response token (Sample.rollout_logprobs, 0 off the
+    mask); None when a sample came without them."""
+    rollout_is_weights: torch.Tensor | None = None
+    """[B, S]: rollout-correction weights of the policy-gradient term (rl.rollout_correction), when on."""
 
     @property
     def num_rows(self) -> int:
@@ -98,7 +103,7 @@ class Experience:
     def loss_fields(self) -> dict[str, Any]:
         """The RLBatch fields this record holds, by name (the rollout data a loss reads)."""
         names = ("old_logp", "ref_logp", "rewards", "group_ids", "advantages", "old_values", "returns",
-                 "response_lengths", "max_response_length", "keep")  # fmt: skip
+                 "response_lengths", "max_response_length", "keep", "rollout_is_weights")  # fmt: skip
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
     def loss_batch(self, **extra: Any) -> RLBatch:
@@ -122,10 +127,19 @@ def make_experience(
     width = -(-width // multiple) * multiple
     tokens = torch.full((len(seqs), width + 1), pad_id, dtype=torch.long)
     mask = torch.zeros(len(seqs), width)
+    engine_logp = None  # the engine's log-probs of the response tokens, when every sample has them
+    if all(s.rollout_logprobs is not None for s in samples):
+        engine_logp = torch.zeros(len(seqs), width)
     for i, (seq, s) in enumerate(zip(seqs, samples)):
         tokens[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
         start = len(s.prompt_ids) - 1  # target position of the first response token
         mask[i, start : start + len(s.response_ids)] = 1.0
+        if engine_logp is not None:
+            if len(s.rollout_logprobs) != len(s.response_ids):
+                raise ValueError(
+                    f"sample {i}: {len(s.response_ids)} response tokens but {len(s.rollout_logprobs)} rollout log-probs"
+                )
+            engine_logp[i, start : start + len(s.response_ids)] = torch.tensor(s.rollout_logprobs)
     return Experience(
         tokens=tokens[:, :-1].contiguous(),
         labels=tokens[:, 1:].contiguous(),
@@ -134,6 +148,7 @@ def make_experience(
         rewards=torch.tensor([s.reward for s in samples], dtype=torch.float32),
         group_ids=torch.tensor([s.group_id for s in samples], dtype=torch.long),
         response_lengths=torch.tensor([len(s.response_ids) for s in samples], dtype=torch.long),
+        rollout_logp=engine_logp,
         max_response_length=max_response_length,
     )
 

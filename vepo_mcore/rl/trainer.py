@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from vepo_mcore.config.job import JobConfig
+from vepo_mcore.config.rollout_correction import RolloutCorrectionConfig
 from vepo_mcore.eval.diversity import distinct_n, group_chrf
 from vepo_mcore.models.fp8 import token_multiple
 from vepo_mcore.parallel.device import device
@@ -35,6 +36,7 @@ from vepo_mcore.rl import experience as xp
 from vepo_mcore.rl.filtering import dynamic_sampling, filter_candidates
 from vepo_mcore.rl.losses import get_loss
 from vepo_mcore.rl.losses.loss_func import rl_forward_step
+from vepo_mcore.rl.rollout_correction import rollout_correction
 from vepo_mcore.rm import reward as _rm_term  # noqa: F401  (registers the reward term `rm`)
 from vepo_mcore.training.logging import rl_flops_per_token
 from vepo_mcore.translation.sample import Sample
@@ -231,6 +233,7 @@ class RLTrainer:
         mbs = cfg.training.micro_batch_size
         args = (mbs, loss, cfg.model.vocab_size)  # log-probs and entropy as the loss reads them
         exp.old_logp, exp.rollout_entropy = xp.policy_logprobs(self.model, exp, *args)
+        exp.rollout_is_weights = rollout_is_weights(exp, cfg.rl.rollout_correction, metrics)
         if self.needs_reference():
             exp.ref_logp, _ = xp.policy_logprobs(self.reference, exp, *args)
         if self.critic is not None:
@@ -403,6 +406,23 @@ def _experience_metrics(samples: list[Sample], exp: xp.Experience) -> dict[str, 
     if len(engine_logp) == len(samples):
         metrics["rollout/logprob_mismatch"] = logprob_mismatch(exp.old_logp, mask, engine_logp).item()
     return metrics
+
+
+def rollout_is_weights(
+    exp: xp.Experience, cfg: RolloutCorrectionConfig, metrics: dict[str, float]
+) -> torch.Tensor | None:
+    """rl.rollout_correction's weights for the loss (None when off); the engine-trainer mismatch is
+    logged as rollout_corr/* whenever the engine returned log-probs (rl/rollout_correction.py)."""
+    if exp.rollout_logp is None:
+        if cfg.mode != "off":
+            raise ValueError(
+                f"rl.rollout_correction.mode {cfg.mode!r} needs the rollout engine's log-probs "
+                "(Sample.rollout_logprobs), and this engine returned none"
+            )
+        return None
+    weights, corr = rollout_correction(exp.old_logp, exp.rollout_logp, exp.loss_mask, cfg)
+    metrics.update({key: value.item() for key, value in corr.items()})
+    return weights if cfg.mode != "off" else None
 
 
 def groups_with_spread(samples: list[Sample]) -> float:

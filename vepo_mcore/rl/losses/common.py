@@ -84,7 +84,8 @@ def policy_loss(
     entropy_coef: float = 0.0,
     default_kl_placement: str = "loss",
 ) -> tuple[torch.Tensor, dict]:
-    """-agg(clipped surrogate) - entropy_coef * agg(H) + kl.coef * agg(k(logp, ref)) when KL is in the loss.
+    """-agg(w * clipped surrogate) - entropy_coef * agg(H) + kl.coef * agg(k(logp, ref)) when KL is in the loss,
+    w = batch.rollout_is_weights (rollout correction; 1 when None).
 
     batch tensors and adv are [B, T]. The clip is [1 - cfg.eps_low, 1 + cfg.eps_high] (clip-higher), or
     [1 - eps_low, 1 + eps_low] with symmetric_clip (PPO, GRPO, RLOO, REINFORCE++); agg defaults to
@@ -95,7 +96,10 @@ def policy_loss(
     agg = cfg.loss_agg if agg is None else agg
     ratio = policy_ratio(batch, cfg)
     adv = adv.detach()
-    pg = -aggregate(clipped_surrogate(ratio, adv, eps_low, eps_high, cfg.dual_clip), batch, agg)
+    surrogate = clipped_surrogate(ratio, adv, eps_low, eps_high, cfg.dual_clip)
+    if batch.rollout_is_weights is not None:  # rollout correction: rl/rollout_correction.py
+        surrogate = surrogate * batch.rollout_is_weights.detach()
+    pg = -aggregate(surrogate, batch, agg)
     loss = pg
     metrics: dict = {"rl/pg_loss": pg.detach()}
     if entropy_coef != 0.0:
