@@ -311,7 +311,7 @@ def _wait_for_start(run: Launch, timeout: float) -> int | None:
         match = RESUMED.search(text)
         if match:
             return int(match.group(2))
-        if re.search(r"^step \d+/", text, re.M) or run.proc.poll() is not None:
+        if re.search(r"\] iteration \d+/\d+ \| consumed", text) or run.proc.poll() is not None:
             match = RESUMED.search(run.text())
             return int(match.group(2)) if match else None
         time.sleep(0.01)

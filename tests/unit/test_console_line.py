@@ -77,3 +77,66 @@ def test_curves_have_a_legend_integer_steps_and_no_offset(tmp_path, monkeypatch)
     formatter = ax.yaxis.get_major_formatter()
     assert isinstance(formatter, ScalarFormatter) and not formatter.get_useOffset()
     assert formatter.get_offset() == ""
+
+
+class _FakeWandb:
+    """The few calls of the wandb package the logger makes (wandb is optional, not installed here)."""
+
+    def __init__(self):
+        self.inits, self.rows, self.finished = [], [], 0
+        self.util = type("util", (), {"generate_id": staticmethod(lambda: "run123")})
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        return self
+
+    def log(self, row, step):
+        self.rows.append((step, row))
+
+    def finish(self):
+        self.finished += 1
+
+
+def test_wandb_logs_every_row_when_configured_and_resumes_its_run(tmp_path, monkeypatch):
+    import sys
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    cfg = JobConfig()
+    cfg.training.checkpoint.save = str(tmp_path)
+    cfg.training.logging.wandb_project = "vepo"
+    for start in (0, 1):  # a run, then its relaunch from step 1
+        logger = MetricsLogger(cfg, start)
+        logger.log(start + 1, {"train/loss": 1.0}, tokens=10)
+        logger.close()
+    assert [i["id"] for i in fake.inits] == ["run123", "run123"] and fake.inits[0]["mode"] == "offline"
+    assert fake.inits[0]["project"] == "vepo" and fake.inits[0]["config"]["training"]["train_iters"] == 10
+    assert [step for step, _ in fake.rows] == [1, 2] and fake.rows[0][1]["train/loss"] == 1.0
+    assert fake.finished == 2
+
+
+def test_without_the_wandb_package_the_field_is_named(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
+    cfg = JobConfig()
+    cfg.training.logging.wandb_project = "vepo"
+    with pytest.raises(ValueError, match=r"training.logging.wandb_project 'vepo' needs the wandb package"):
+        MetricsLogger(cfg)
+    MetricsLogger(JobConfig()).close()  # off unless configured
+
+
+def test_megatrons_no_cache_warning_prints_once(caplog, monkeypatch):
+    import logging
+
+    from vepo_mcore.data import blend
+
+    monkeypatch.setattr(blend._NO_CACHE_FILTER, "seen", False)  # as in a fresh process
+    blend._warn_once_about_no_cache()
+    blend._warn_once_about_no_cache()  # a second dataset build adds no second filter
+    megatron = logging.getLogger("megatron.core.datasets.blended_dataset")
+    with caplog.at_level(logging.WARNING, logger=megatron.name):
+        for split in ("train", "valid"):
+            megatron.warning("Cannot save the BlendedDataset indexes because path_to_cache is None")
+            megatron.warning(f"another warning ({split})")
+    assert [r.getMessage().startswith("Cannot save") for r in caplog.records] == [True, False, False]

@@ -79,8 +79,16 @@ class LoggingConfig:
     metrics_jsonl: str | None = None
     """JSONL metrics file (None = <save>/metrics.jsonl if save is set)."""
     progress_bar: bool = True
-    """Show a progress bar on rank 0 with tokens/s and ETA when stderr is a terminal; otherwise (or
-    when false) print one plain line per log interval."""
+    """Show a progress bar on rank 0 (stderr) with loss, tokens/s and ETA when stderr is a terminal,
+    below the line each log interval prints on stdout."""
+    wandb_project: str | None = None
+    """Also log every metrics row to this Weights & Biases project (None = no W&B; needs the wandb
+    package, which the project does not depend on)."""
+    wandb_run_name: str | None = None
+    """The W&B run's name (None = W&B's own)."""
+    wandb_mode: Literal["online", "offline"] = "offline"
+    """'offline' writes the run under <save>/wandb (or ./wandb) with no network, for `wandb sync`
+    later; 'online' streams it."""
 
 
 @dataclass(kw_only=True)

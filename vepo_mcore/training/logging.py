@@ -1,4 +1,5 @@
-"""Rank-0 training metrics: one console line per log interval, tensorboard, JSONL; tokens/s, TFLOP/s, ETA.
+"""Rank-0 training metrics: one console line per log interval, tensorboard, JSONL (and Weights & Biases
+when training.logging.wandb_project is set); tokens/s, TFLOP/s, ETA.
 
     logger = MetricsLogger(cfg, start_iteration=0, is_writer=rank == 0)
     logger.log(iteration, {"train/loss": 2.3, "train/lr": 1e-4, ...}, tokens=4096, consumed_samples=8)
@@ -100,8 +101,11 @@ class MetricsLogger:
         self._tb = None
         self._jsonl = None
         self._bar = None
+        self._wandb = None
         if not is_writer:
             return
+        if log.wandb_project:
+            self._wandb = _start_wandb(cfg)
         save = cfg.training.checkpoint.save
         tb_dir = log.tensorboard_dir or (str(Path(save) / "tensorboard") if save else None)
         jsonl = log.metrics_jsonl or (str(Path(save) / "metrics.jsonl") if save else None)
@@ -173,6 +177,8 @@ class MetricsLogger:
         if self._jsonl is not None:
             self._jsonl.write(json.dumps({"step": iteration, **row}) + "\n")
             self._jsonl.flush()
+        if self._wandb is not None:
+            self._wandb.log(row, step=iteration)
         if self._bar is not None:
             self._bar.update(iteration - self._bar.n)
             self._bar.set_postfix_str(_summary(row), refresh=False)
@@ -201,6 +207,30 @@ class MetricsLogger:
             self._tb.close()
         if self._jsonl is not None:
             self._jsonl.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _start_wandb(cfg: JobConfig):
+    """A W&B run for training.logging.wandb_project (wandb is optional: imported only here)."""
+    from vepo_mcore.config import to_dict
+
+    log, save = cfg.training.logging, cfg.training.checkpoint.save
+    try:
+        import wandb
+    except ImportError:
+        raise ValueError(
+            f"training.logging.wandb_project {log.wandb_project!r} needs the wandb package (pip install wandb)"
+        ) from None
+    run_id = None
+    if save:  # a relaunch continues the same W&B run
+        id_file = Path(save) / "wandb_run_id"
+        run_id = id_file.read_text().strip() if id_file.is_file() else wandb.util.generate_id()
+        id_file.write_text(run_id)
+    return wandb.init(
+        project=log.wandb_project, name=log.wandb_run_name, mode=log.wandb_mode, dir=save,
+        config=to_dict(cfg), id=run_id, resume="allow" if run_id else None,
+    )  # fmt: skip
 
 
 def read_metrics(path: str | Path) -> list[dict]:
