@@ -59,8 +59,9 @@ EOF
   --training.train_iters "$RM_ITERS" --training.checkpoint.save "$OUT/rm" --rm.report_dir "$OUT/rm_eval" > "$OUT/rm.log" 2>&1
 
 stage 3/4 "FLORES devtest scores of the held-out translations, paired bootstrap RL vs SFT (tools/evaluate.py)"
-"$PY" tools/evaluate.py --hyp-dir "$SEED/hyps_rl" --name rl --baseline-hyp-dir "$SEED/hyps_sft" --baseline-name sft \
-  --directions "$DIRECTIONS" --max-sentences "$EVAL_SENTENCES" --out "$OUT/eval_rl" > "$OUT/eval_rl.log"
+"$PY" tools/evaluate.py --eval.system.hyp_dir "$SEED/hyps_rl" --eval.system.name rl \
+  --eval.baseline.hyp_dir "$SEED/hyps_sft" --eval.baseline.name sft --eval.directions "$DIRECTIONS" \
+  --eval.max_sentences "$EVAL_SENTENCES" --eval.out_dir "$OUT/eval_rl" > "$OUT/eval_rl.log"
 
 stage 4/4 "summary"
 "$PY" tools/quickstart_summary.py "$OUT"

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
     p.add_argument("--out", help="records jsonl (with --checkpoint)")
     p.add_argument(
-        "--hyp-dir", help="also write DIR/{src}-{tgt}.txt, the layout tools/evaluate.py --hyp-dir reads"
+        "--hyp-dir", help="also write DIR/{src}-{tgt}.txt, the layout tools/evaluate.py --eval.system.hyp_dir reads"
     )
     p.add_argument("--compare", nargs=2, metavar=("BASE", "SYSTEM"), help="two records files to compare")
     args = p.parse_args(argv)

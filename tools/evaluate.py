@@ -8,24 +8,22 @@
   python tools/evaluate.py --eval.system.checkpoint runs/toy/seed0/rl --eval.out_dir reports/eval/rl  # Megatron checkpoint
   python tools/evaluate.py --config job.yaml --dry-run      # the job YAML's eval: section gives the defaults
 
-Every field of the eval section (vepo_mcore/config/eval.py) is a dotted flag. An hf-model system
-translates greedily with a rollout engine (eval.system.engine, SGLang on GPU) into
-OUT/hyps/{src}-{tgt}.txt, resuming finished directions, then is scored like a hyp-dir; a checkpoint
-system does the same from a Megatron training checkpoint with the engine its saved config names
-(vepo_mcore.eval.generate; eval.system.max_new_tokens caps the length). The flags from before the
-config tree (--hyp-dir, --directions, --out, ...) still work: --help lists what each one sets.
+Every field of the eval section (vepo_mcore/config/eval.py) is a dotted flag (--help lists them).
+An hf-model system translates greedily with a rollout engine (eval.system.engine, SGLang on GPU)
+into OUT/hyps/{src}-{tgt}.txt, resuming finished directions, then is scored like a hyp-dir; a
+checkpoint system does the same from a Megatron training checkpoint with the engine its saved config
+names (vepo_mcore.eval.generate; eval.system.max_new_tokens caps the length).
 """
 
 import sys
 
 from vepo_mcore.config import to_dict
 from vepo_mcore.config.cli import run_cli
-from vepo_mcore.config.eval import EVALUATE_FLAG_ALIASES
 from vepo_mcore.config.job import job_from_cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, cfg = job_from_cli(argv, __doc__, aliases=EVALUATE_FLAG_ALIASES, sections=("eval",))
+    args, cfg = job_from_cli(argv, __doc__, sections=("eval",))
     if args.dry_run:
         import yaml
 

@@ -99,6 +99,7 @@ def _rl_micro_batches():
             rewards=torch.randn(2, generator=g),
             group_ids=torch.tensor([seed, seed]),
             response_lengths=mask.sum(1),
+            temperature=0.8,
         )
         out.append(exp)
     return out
@@ -115,7 +116,7 @@ def _rl_step(model, pp: int):
     from vepo_mcore.config.rl import KLConfig, LossConfig
     from vepo_mcore.rl.losses.loss_func import rl_forward_step
 
-    cfg = LossConfig(name="vepo", temperature=0.8, loss_agg="global_tokens", logprob_chunk_size=5, beta=0.01)
+    cfg = LossConfig(name="vepo", loss_agg="global_tokens", logprob_chunk_size=5, beta=0.01)
     step = partial(rl_forward_step, cfg=cfg, kl=KLConfig(estimator="k3", coef=0.1), vocab_size=VOCAB)
     model.config.calculate_per_token_loss = True
     model.zero_grad()

@@ -25,9 +25,10 @@ def test_evaluate_cli_on_hypothesis_files(tmp_path):
         (hyps / f"{d}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "evaluate.py"), "--hyp-dir", str(hyps), "--directions", "en-th,th-zh",
-         "--max-sentences", "60", "--out", str(out), "--baseline-system", "copy-source", "--bootstrap-samples", "100",
-         "--workers", "1", "--no-plots"],
+        [sys.executable, str(ROOT / "tools" / "evaluate.py"), "--eval.system.hyp_dir", str(hyps),
+         "--eval.directions", "en-th,th-zh", "--eval.max_sentences", "60", "--eval.out_dir", str(out),
+         "--eval.baseline.kind", "copy-source", "--eval.bootstrap_samples", "100", "--eval.workers", "1",
+         "--eval.plots", "false"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "tok:char" in proc.stdout and "tok:zh" in proc.stdout and "nw:2" in proc.stdout

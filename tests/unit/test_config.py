@@ -78,7 +78,7 @@ def test_a_dotted_key_of_a_mapping_adds_to_it():
         (["--model.num_layers", "3", "--parallel.pipeline_model_parallel_size", "2"], "model.num_layers"),
         (["--model.num_layers", "two"], "model.num_layers"),
         (["--model.nmu_layers", "2"], "nmu_layers"),
-        (["--rl.loss.temperature", "0.7"], "rl.rollout.sampling.temperature"),
+        (["--rl.rollout.sampling.temperature", "0"], "rl.rollout.sampling.temperature"),
         (["--rl.loss.std_scope", "batch"], "rl.loss.std_scope"),
         (["--rl.loss.logprob_chunk_size", "0"], "rl.loss.logprob_chunk_size"),
         (

@@ -1,5 +1,5 @@
-"""tools/evaluate.py on the config tree: its old flags are aliases of the eval section's dotted
-fields, a wrong field is a ValueError naming it and the known keys, and the quickstart's call runs."""
+"""tools/evaluate.py on the config tree: dotted flags set the eval section's fields, a wrong field
+is a ValueError naming it and the known keys, and the quickstart's call runs."""
 
 from __future__ import annotations
 
@@ -9,58 +9,34 @@ import pytest
 
 from tools.evaluate import main
 from vepo_mcore.config import to_dict
-from vepo_mcore.config.eval import EVALUATE_FLAG_ALIASES
-from vepo_mcore.config.job import expand_flag_aliases, job_from_cli
+from vepo_mcore.config.job import job_from_cli
 from vepo_mcore.languages import load_flores
-
-OLD = [
-    "--hyp-dir", "h/rl", "--name", "rl", "--baseline-hyp-dir", "h/sft", "--baseline-name", "sft",
-    "--directions", "en-th,th-en", "--max-sentences", "8", "--out", "o", "--split", "dev", "--metrics", "bleu,chrf",
-    "--bootstrap-samples", "50", "--seed", "3", "--workers=1", "--width", "2", "--no-plots", "--engine", "fake_sglang",
-    "--max-new-tokens", "16", "--batch-size", "4", "--tokenizer", "tok", "--eval.spm_model", "flores.spm",
-]  # fmt: skip
-DOTTED = [
-    "--eval.system.hyp_dir", "h/rl", "--eval.system.name", "rl", "--eval.baseline.hyp_dir", "h/sft",
-    "--eval.baseline.name", "sft", "--eval.directions", "en-th,th-en", "--eval.max_sentences", "8",
-    "--eval.out_dir", "o", "--eval.split", "dev", "--eval.metrics", "bleu,chrf", "--eval.bootstrap_samples", "50",
-    "--eval.seed", "3", "--eval.workers", "1", "--eval.width", "2", "--eval.plots", "false",
-    "--eval.system.engine", "fake_sglang", "--eval.system.max_new_tokens", "16", "--eval.system.batch_size", "4",
-    "--eval.system.tokenizer_path", "tok", "--eval.spm_model", "flores.spm",
-]  # fmt: skip
 
 
 def _eval(argv: list[str]) -> dict:
-    return to_dict(job_from_cli(argv, "", aliases=EVALUATE_FLAG_ALIASES)[1].eval)
+    return to_dict(job_from_cli(argv, "")[1].eval)
 
 
-def test_old_flags_and_dotted_overrides_give_the_same_config():
-    old = _eval(OLD)
-    assert old == _eval(DOTTED)
-    assert old["system"]["hyp_dir"] == "h/rl" and old["baseline"] == {**old["baseline"], "hyp_dir": "h/sft"}
-    assert old["plots"] is False and old["workers"] == 1 and old["max_sentences"] == 8
-    model = ["--system", "hf-model", "--hf-model", "m", "--baseline-system", "copy-source"]
-    dotted = [
-        "--eval.system.kind",
-        "hf-model",
-        "--eval.system.model_path",
-        "m",
-        "--eval.baseline.kind",
-        "copy-source",
-    ]
-    assert _eval(model) == _eval(dotted)
-    checkpoint = ["--checkpoint", "runs/x/rl", "--max-new-tokens", "8"]
-    assert _eval(checkpoint) == _eval(
-        ["--eval.system.checkpoint", "runs/x/rl", "--eval.system.max_new_tokens", "8"]
-    )
-    # every alias is exercised above
-    used = {a.split("=")[0] for a in OLD + model + checkpoint if a.startswith("--") and "." not in a}
-    assert used == set(EVALUATE_FLAG_ALIASES)
+def test_dotted_flags_set_the_eval_fields():
+    got = _eval([
+        "--eval.system.hyp_dir", "h/rl", "--eval.baseline.hyp_dir", "h/sft", "--eval.max_sentences", "8",
+        "--eval.workers", "1", "--eval.plots", "false", "--eval.system.checkpoint", "runs/x/rl",
+    ])  # fmt: skip
+    assert got["system"]["hyp_dir"] == "h/rl" and got["baseline"]["hyp_dir"] == "h/sft"
+    assert got["plots"] is False and got["workers"] == 1 and got["max_sentences"] == 8
+    assert got["system"]["checkpoint"] == "runs/x/rl"
+
+
+@pytest.mark.parametrize("flag", ["--hyp-dir", "--hf-model", "--checkpoint", "--out"])
+def test_flags_outside_the_config_tree_are_refused(flag):
+    with pytest.raises(ValueError, match="unknown key"):
+        _eval([flag, "x"])
 
 
 def test_a_yaml_eval_section_gives_defaults_that_flags_override(tmp_path):
     cfg = tmp_path / "job.yaml"
     cfg.write_text("eval:\n  directions: e2x\n  split: dev\n  system: {kind: copy-source}\n")
-    got = _eval(["--config", str(cfg), "--directions", "en-th"])
+    got = _eval(["--config", str(cfg), "--eval.directions", "en-th"])
     assert got["directions"] == "en-th" and got["split"] == "dev" and got["system"]["kind"] == "copy-source"
 
 
@@ -75,24 +51,16 @@ def test_a_yaml_eval_section_gives_defaults_that_flags_override(tmp_path):
             ["--eval.system.hypdir", "h"],
             r"eval.system: unknown key\(s\) \['hypdir'\]; known keys are \[.*'hyp_dir'",
         ),
-        (["--split", "test"], r"eval.split: 'test' is not one of \['dev', 'devtest'\]"),
-        (["--system", "oracle"], r"eval.system.kind: 'oracle' matches none of"),
-        (["--max-sentences", "many"], r"eval.max_sentences: 'many' matches none of"),
-        (["--system", "hf-model"], r"eval.system.kind 'hf-model' needs eval.system.model_path"),
-        (["--workers", "-1"], r"eval.workers must be >= 0"),
+        (["--eval.split", "test"], r"eval.split: 'test' is not one of \['dev', 'devtest'\]"),
+        (["--eval.system.kind", "oracle"], r"eval.system.kind: 'oracle' matches none of"),
+        (["--eval.max_sentences", "many"], r"eval.max_sentences: 'many' matches none of"),
+        (["--eval.system.kind", "hf-model"], r"eval.system.kind 'hf-model' needs eval.system.model_path"),
+        (["--eval.workers", "-1"], r"eval.workers must be >= 0"),
     ],
 )
 def test_a_bad_field_is_named(argv, message):
     with pytest.raises(ValueError, match=message):
         _eval(argv)
-
-
-def test_a_switch_alias_takes_no_value():
-    assert expand_flag_aliases(["--no-plots", "--out=x"], EVALUATE_FLAG_ALIASES) == [
-        "--eval.plots", "false", "--eval.out_dir=x",
-    ]  # fmt: skip
-    with pytest.raises(ValueError, match="--no-plots is a switch"):
-        expand_flag_aliases(["--no-plots=1"], EVALUATE_FLAG_ALIASES)
 
 
 def test_the_quickstart_call_scores_rl_against_sft(tmp_path, capsys):
@@ -107,9 +75,10 @@ def test_the_quickstart_call_scores_rl_against_sft(tmp_path, capsys):
             )
     out = tmp_path / "eval_rl"
     main([
-        "--hyp-dir", str(tmp_path / "hyps_rl"), "--name", "rl", "--baseline-hyp-dir", str(tmp_path / "hyps_sft"),
-        "--baseline-name", "sft", "--directions", "en-th,th-en", "--max-sentences", "6", "--out", str(out),
-        "--workers", "1", "--no-plots", "--bootstrap-samples", "50",
+        "--eval.system.hyp_dir", str(tmp_path / "hyps_rl"), "--eval.system.name", "rl",
+        "--eval.baseline.hyp_dir", str(tmp_path / "hyps_sft"), "--eval.baseline.name", "sft",
+        "--eval.directions", "en-th,th-en", "--eval.max_sentences", "6", "--eval.out_dir", str(out),
+        "--eval.workers", "1", "--eval.plots", "false", "--eval.bootstrap_samples", "50",
     ])  # fmt: skip
     scores = json.loads((out / "scores.json").read_text())
     assert scores["system"] == "rl" and scores["bootstrap"]["baseline"] == "sft"
@@ -120,13 +89,13 @@ def test_the_quickstart_call_scores_rl_against_sft(tmp_path, capsys):
 
 
 def test_dry_run_prints_the_eval_section(capsys):
-    assert main(["--dry-run", "--directions", "e2x", "--eval.system.kind", "copy-source"]) == 0
+    assert main(["--dry-run", "--eval.directions", "e2x", "--eval.system.kind", "copy-source"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("eval:\n  directions: e2x\n") and "kind: copy-source" in printed
 
 
 def test_a_checkpoint_system_is_translated_then_scored_as_its_hyps(tmp_path, monkeypatch):
-    """The wiring of --checkpoint (the translation itself runs in tests/dist/test_gpu_paths.py):
+    """The wiring of --eval.system.checkpoint (the translation itself runs in tests/dist/test_gpu_paths.py):
     translate_checkpoint gets the eval fields and writes OUT/hyps, rank 0 scores them under the
     checkpoint's name."""
     import torch.distributed as dist
@@ -147,8 +116,9 @@ def test_a_checkpoint_system_is_translated_then_scored_as_its_hyps(tmp_path, mon
     monkeypatch.setattr(parallel, "init_distributed", lambda: None)
     monkeypatch.setattr(dist, "get_rank", lambda: 0)
     main([
-        "--checkpoint", str(tmp_path / "rl_step9"), "--directions", "en-th", "--max-sentences", "4",
-        "--max-new-tokens", "16", "--out", str(tmp_path), "--workers", "1", "--no-plots",
+        "--eval.system.checkpoint", str(tmp_path / "rl_step9"), "--eval.directions", "en-th",
+        "--eval.max_sentences", "4", "--eval.system.max_new_tokens", "16", "--eval.out_dir", str(tmp_path),
+        "--eval.workers", "1", "--eval.plots", "false",
     ])  # fmt: skip
     assert calls == [(str(tmp_path / "rl_step9"), "en-th", "devtest", 4, 16, 64)]
     scores = json.loads((tmp_path / "scores.json").read_text())

@@ -19,7 +19,7 @@ def test_experience_rows_and_split_slice_every_row_field():
     samples = [
         Sample(prompt_ids=[1, 2], response_ids=[3 + i], group_id=i // 2, reward=float(i)) for i in range(4)
     ]
-    exp = make_experience(samples, pad_id=0, max_response_length=8)
+    exp = make_experience(samples, pad_id=0, max_response_length=8, temperature=0.4)
     exp.old_logp = torch.arange(8.0).view(4, 2)
     parts = exp.split(3)
     assert [p.num_rows for p in parts] == [3, 1]
@@ -27,10 +27,13 @@ def test_experience_rows_and_split_slice_every_row_field():
         parts[1].old_logp, exp.old_logp[3:]
     )
     assert parts[1].max_response_length == 8 and parts[1].ref_logp is None
+    # the sampling tau travels with every slice to the loss (its ratio and the log-probs use it)
+    assert parts[1].temperature == 0.4 and parts[1].loss_batch().temperature == 0.4
     assert set(exp.loss_fields()) == {
         "old_logp",
         "rewards",
         "group_ids",
         "response_lengths",
         "max_response_length",
+        "temperature",
     }

@@ -194,7 +194,7 @@ def test_ppo_hand_2x3_policy_and_value_loss():
     _close(loss, pg + 0.5 * vl / 5, tol=1e-5)
 
 
-def test_vepo_without_entropy_terms_equals_dapo_without_dynamic_sampling():
+def test_vepo_without_entropy_terms_equals_dapo_when_no_group_is_constant():
     torch.manual_seed(0)
     b, t = 8, 6
     old = torch.randn(b, t, dtype=torch.float64) - 1
@@ -203,17 +203,17 @@ def test_vepo_without_entropy_terms_equals_dapo_without_dynamic_sampling():
         old_logp=old,
         mask=mask,
         entropy=torch.rand(b, t, dtype=torch.float64),
-        rewards=torch.tensor([1.0, 0.0, 0.3, 0.3, 2.0, -1.0, 0.5, 0.1]),
+        rewards=torch.tensor([1.0, 0.0, 0.3, 0.6, 2.0, -1.0, 0.5, 0.1]),
         group_ids=torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]),
     )
     grads = []
     for name, extra in (
         ("vepo", dict(alpha=0.0, beta=0.0, std_scope="group")),
-        ("dapo", dict(dynamic_sampling=False)),
+        ("dapo", dict()),
     ):
         logp = old + 0.4 * torch.randn(b, t, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
         logp.requires_grad_(True)
-        loss, _ = compute_loss(RLBatch(logp=logp, **fields), LossConfig(name=name, temperature=1.0, **extra))
+        loss, _ = compute_loss(RLBatch(logp=logp, **fields), LossConfig(name=name, **extra))
         loss.backward()
         grads.append((loss.detach(), logp.grad))
     torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-12, rtol=0)
@@ -223,9 +223,9 @@ def test_vepo_without_entropy_terms_equals_dapo_without_dynamic_sampling():
 def test_ratio_modes():
     batch = _batch()
     loss_t, _ = compute_loss(batch, LossConfig(name="vepo", ratio_mode="tempered"))
-    loss_s, _ = compute_loss(batch, LossConfig(name="vepo", ratio_mode="scaled", temperature=1.0))
+    loss_s, _ = compute_loss(batch, LossConfig(name="vepo", ratio_mode="scaled"))
     _close(loss_t, float(loss_s), tol=1e-12)
-    _, m = compute_loss(batch, LossConfig(name="vepo", ratio_mode="scaled", temperature=2.0))
+    _, m = compute_loss(_batch(temperature=2.0), LossConfig(name="vepo", ratio_mode="scaled"))
     _close(m["rl/ratio_max"], math.sqrt(1.5))  # exp(log(1.5) / 2)
 
 
@@ -359,8 +359,9 @@ def test_entropy_bonus_moves_entropy_of_a_tiny_policy(beta, direction):
         mask=torch.ones(2, 3, dtype=torch.bool),
         rewards=torch.tensor([1.0, 0.0]),
         group_ids=torch.tensor([0, 1]),
+        temperature=0.8,
     )
-    loss, _ = compute_loss(batch, LossConfig(name="vepo", beta=beta, std_scope="group", temperature=0.8))
+    loss, _ = compute_loss(batch, LossConfig(name="vepo", beta=beta, std_scope="group"))
     opt = torch.optim.SGD(policy.parameters(), lr=0.5)
     opt.zero_grad()
     loss.backward()
@@ -471,7 +472,7 @@ def test_dapo_dynamic_sampling_decides_on_the_whole_batch_not_the_micro_batch():
     looks constant and DAPO never trains. The trainer decides once (compute_keep) and passes it on."""
     from vepo_mcore.rl.losses import compute_keep
 
-    cfg = LossConfig(name="dapo", dynamic_sampling=True)
+    cfg = LossConfig(name="dapo")
     old = torch.tensor([[-1.0, -1.0]] * 4)
     full = RLBatch(logp=old.clone(), old_logp=old, mask=torch.ones(4, 2, dtype=torch.bool),
                    rewards=torch.tensor([1.0, 0.0, 0.5, 0.5]), group_ids=torch.tensor([0, 0, 1, 1]))  # fmt: skip
@@ -487,5 +488,4 @@ def test_dapo_dynamic_sampling_decides_on_the_whole_batch_not_the_micro_batch():
         loss.backward()
         assert bool(logp.grad.abs().sum() > 0) == trains, row
         assert metrics["rl/dynamic_sampling_kept"].item() == float(trains)
-    assert compute_keep(full, dataclasses.replace(cfg, dynamic_sampling=False)) is None
     assert compute_keep(full, LossConfig(name="vepo")) is None

@@ -14,7 +14,7 @@ from vepo_mcore.rl.losses.loss_func import rl_loss_func
 VOCAB, PADDED = 30, 32
 
 
-def _micro(seed=0):
+def _micro(seed=0, temperature=1.0):
     g = torch.Generator().manual_seed(seed)
     mask = torch.zeros(3, 6, dtype=torch.bool)
     mask[:, 2:] = True
@@ -29,6 +29,7 @@ def _micro(seed=0):
         rewards=torch.tensor([1.0, 0.0, 0.5]),
         group_ids=torch.tensor([0, 0, 0]),
         response_lengths=mask.sum(1),
+        temperature=temperature,
     ), torch.randn(3, 6, PADDED, generator=g, dtype=torch.float64)
 
 
@@ -39,8 +40,8 @@ def _selected(logits, micro):
 
 def _reference(micro, logits, cfg, kl, **batch_extra):
     x = logits.clone().requires_grad_(True)
-    logp, ent = reference_logprobs_and_entropy(x, micro.labels, cfg.temperature, VOCAB)
-    fields = {k: getattr(micro, k) for k in ("old_logp", "ref_logp", "rewards", "group_ids")}
+    logp, ent = reference_logprobs_and_entropy(x, micro.labels, micro.temperature, VOCAB)
+    fields = {k: getattr(micro, k) for k in ("old_logp", "ref_logp", "rewards", "group_ids", "temperature")}
     loss, _ = compute_loss(
         RLBatch(logp=logp, entropy=ent, mask=micro.loss_mask, **fields, **batch_extra), cfg, kl
     )
@@ -49,8 +50,8 @@ def _reference(micro, logits, cfg, kl, **batch_extra):
 
 
 def test_global_tokens_returns_the_token_sum_and_count():
-    micro, logits = _micro()
-    cfg = LossConfig(name="vepo", temperature=0.7, loss_agg="global_tokens", logprob_chunk_size=4)
+    micro, logits = _micro(temperature=0.7)
+    cfg = LossConfig(name="vepo", loss_agg="global_tokens", logprob_chunk_size=4)
     kl = KLConfig(estimator="k2", coef=0.1)
     x = logits.clone().requires_grad_(True)
     loss, num_tokens, metrics = rl_loss_func(micro, cfg, kl, VOCAB, _selected(x, micro))
@@ -69,7 +70,7 @@ def test_global_tokens_returns_the_token_sum_and_count():
 
 def test_token_mean_counts_as_one():
     micro, logits = _micro(1)
-    cfg = LossConfig(name="grpo", temperature=1.0)
+    cfg = LossConfig(name="grpo")
     loss, num_tokens, _ = rl_loss_func(micro, cfg, None, VOCAB, _selected(logits.float(), micro))
     assert int(num_tokens) == 1
     ref_loss, _ = _reference(micro, logits, cfg, None)
@@ -79,15 +80,15 @@ def test_token_mean_counts_as_one():
 def test_scaled_ratio_uses_untempered_logprobs_but_the_entropy_at_the_sampling_tau():
     """ratio_mode 'scaled': r = exp((logp - old) / tau) on log softmax(z); the entropy (VEPO shaping and
     bonus) is the sampling policy's, softmax(z / tau), not softmax(z)."""
-    micro, logits = _micro(1)
-    cfg = LossConfig(name="vepo", temperature=0.5, ratio_mode="scaled", logprob_chunk_size=4)
+    micro, logits = _micro(1, temperature=0.5)
+    cfg = LossConfig(name="vepo", ratio_mode="scaled", logprob_chunk_size=4)
     x = logits.clone().requires_grad_(True)
     loss, _, metrics = rl_loss_func(micro, cfg, None, VOCAB, _selected(x, micro))
     loss.backward()
     y = logits.clone().requires_grad_(True)
     logp, _ = reference_logprobs_and_entropy(y, micro.labels, 1.0, VOCAB)
     _, ent = reference_logprobs_and_entropy(y, micro.labels, 0.5, VOCAB)
-    fields = {k: getattr(micro, k) for k in ("old_logp", "ref_logp", "rewards", "group_ids")}
+    fields = {k: getattr(micro, k) for k in ("old_logp", "ref_logp", "rewards", "group_ids", "temperature")}
     ref_loss, ref_metrics = compute_loss(RLBatch(logp=logp, entropy=ent, mask=micro.loss_mask, **fields), cfg)
     ref_loss.backward()
     torch.testing.assert_close(loss.detach().double(), ref_loss.detach(), atol=1e-6, rtol=0)

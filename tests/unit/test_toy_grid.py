@@ -50,7 +50,7 @@ def test_every_run_is_a_valid_rl_config(run, tmp_path):
     _, cfg = job_from_cli(flags, "")
     assert isinstance(cfg, JobConfig)
     assert (cfg.rl.loss.name, cfg.rl.kl.estimator, cfg.rl.kl.measure_interval) == (run.algorithm, run.kl, 1)
-    assert cfg.rl.loss.temperature == cfg.rl.rollout.sampling.temperature == 1.0
+    assert cfg.rl.rollout.sampling.temperature == 1.0
     assert cfg.training.train_iters == 7 and cfg.training.seed == 1000 + run.seed
     assert cfg.training.optimizer.lr == cfg.training.optimizer.min_lr == 2e-4
     assert cfg.rl.prompt_sentences == "800:" and cfg.training.micro_batch_size == 8

@@ -2,8 +2,7 @@
 
     python tools/evaluate.py --eval.system.hyp_dir hyps/ --eval.directions e2x --eval.out_dir reports/eval/x
 
-A job YAML's `eval:` section gives the defaults (--config); the old flags of tools/evaluate.py
-(--hyp-dir, --directions, ...) are aliases of these fields (EVALUATE_FLAG_ALIASES).
+A job YAML's `eval:` section gives the defaults (--config); dotted flags override them.
 """
 
 from __future__ import annotations
@@ -123,30 +122,3 @@ class EvalConfig:
         for name, low in (("bootstrap_samples", 1), ("workers", 0), ("width", 0)):
             if getattr(self, name) < low:
                 raise ValueError(f"eval.{name} must be >= {low}, got {getattr(self, name)}")
-
-
-EVALUATE_FLAG_ALIASES: dict[str, tuple[str, str | None]] = {
-    "--hyp-dir": ("eval.system.hyp_dir", None),
-    "--system": ("eval.system.kind", None),
-    "--name": ("eval.system.name", None),
-    "--hf-model": ("eval.system.model_path", None),
-    "--engine": ("eval.system.engine", None),
-    "--tokenizer": ("eval.system.tokenizer_path", None),
-    "--checkpoint": ("eval.system.checkpoint", None),
-    "--max-new-tokens": ("eval.system.max_new_tokens", None),
-    "--batch-size": ("eval.system.batch_size", None),
-    "--baseline-hyp-dir": ("eval.baseline.hyp_dir", None),
-    "--baseline-system": ("eval.baseline.kind", None),
-    "--baseline-name": ("eval.baseline.name", None),
-    "--out": ("eval.out_dir", None),
-    "--directions": ("eval.directions", None),
-    "--split": ("eval.split", None),
-    "--max-sentences": ("eval.max_sentences", None),
-    "--metrics": ("eval.metrics", None),
-    "--bootstrap-samples": ("eval.bootstrap_samples", None),
-    "--seed": ("eval.seed", None),
-    "--workers": ("eval.workers", None),
-    "--width": ("eval.width", None),
-    "--no-plots": ("eval.plots", "false"),
-}
-"""tools/evaluate.py's flags from before the config tree -> (dotted field, fixed value of a switch)."""

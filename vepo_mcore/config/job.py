@@ -64,25 +64,6 @@ class JobConfig:
             )
 
 
-def expand_flag_aliases(argv: list[str], aliases: dict[str, tuple[str, str | None]]) -> list[str]:
-    """argv with each alias flag written as its dotted field: `--out DIR` or `--out=DIR` becomes
-    `--eval.out_dir DIR`; a switch (fixed value, e.g. `--no-plots`) becomes `--eval.plots false`."""
-    out: list[str] = []
-    for arg in argv:
-        flag, eq, value = arg.partition("=")
-        if flag not in aliases:
-            out.append(arg)
-            continue
-        dotted, fixed = aliases[flag]
-        if fixed is not None:
-            if eq:
-                raise ValueError(f"{flag} is a switch (it sets {dotted} to {fixed}); it takes no value")
-            out += [f"--{dotted}", fixed]
-        else:
-            out += [f"--{dotted}={value}"] if eq else [f"--{dotted}"]
-    return out
-
-
 MEGATRON_LM_FLAGS: dict[str, str] = {
     "tensor-model-parallel-size": "parallel.tensor_model_parallel_size",
     "pipeline-model-parallel-size": "parallel.pipeline_model_parallel_size",
@@ -160,29 +141,26 @@ def check_megatron_flags(overrides: list[str]) -> None:
 def job_from_cli(
     argv: list[str] | None,
     description: str,
-    aliases: dict[str, tuple[str, str | None]] | None = None,
     sections: tuple[str, ...] | None = None,
 ) -> tuple[argparse.Namespace, JobConfig]:
     """The entry scripts' command line: --config YAML [--dry-run [--world-size N]] [--print-config]
-    and dotted overrides of any field (--training.train_iters 100). `aliases` maps a script's older
-    flags onto dotted fields (listed in --help); --help lists the fields of `sections` (default all)
+    and dotted overrides of any field (--training.train_iters 100); --help lists the fields of `sections` (default all)
     with their defaults. --print-config prints the effective config as YAML and exits. Returns
     (flags, the loaded JobConfig)."""
     epilog = "config fields (YAML sections, or dotted flags; defaults shown):\n" + "\n".join(
         config_help(JobConfig, sections)
     )
-    if aliases:
-        rows = [
-            f"  {flag:20s} --{dotted}" + (f" {fixed}" if fixed else "")
-            for flag, (dotted, fixed) in aliases.items()
-        ]
-        epilog += "\n\nolder flags, still accepted as aliases of dotted fields:\n" + "\n".join(rows)
     parser = argparse.ArgumentParser(
         description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", help="YAML config (see examples/configs/)")
     parser.add_argument("--dry-run", action="store_true", help="parse and validate the config, then exit")
     parser.add_argument("--world-size", type=int, default=None, help="--dry-run: also check this many ranks")
+    parser.add_argument(
+        "--check-paths",
+        action="store_true",
+        help="--dry-run: a missing data, checkpoint or tokenizer path is an error (exit 2), not a warning",
+    )
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of configuration and data errors too"
     )
@@ -192,7 +170,7 @@ def job_from_cli(
         help="print the effective config (YAML, defaults filled in) and exit",
     )
     argv = sys.argv[1:] if argv is None else argv
-    args, overrides = parser.parse_known_args(expand_flag_aliases(argv, aliases or {}))
+    args, overrides = parser.parse_known_args(argv)
     check_megatron_flags(overrides)
     cfg = load_config(JobConfig, args.config, overrides)
     if args.print_config:

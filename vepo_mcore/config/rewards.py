@@ -121,5 +121,5 @@ class FilterConfig:
     """Apply RLVR filtering (off = keep the first G)."""
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling in the trainer, for any loss: drop prompt groups whose rewards are all
-    equal and sample more prompts until the step's batch is full (rl.loss.dynamic_sampling is the
-    DAPO loss's own mask)."""
+    equal and sample more prompts until the step's batch is full. (The 'dapo' loss also leaves out of
+    its loss and token count any group its overlong shaping left constant; that is part of the loss.)"""

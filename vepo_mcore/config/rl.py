@@ -16,11 +16,6 @@ class LossConfig:
 
     name: str = "vepo"
     """Registered loss name."""
-    temperature: float = 1.0
-    """tau: sampling temperature, used identically in rollout, old log-probs and training. One value
-    by rule (validate refuses rl.rollout.sampling.temperature != this): the paper's ratio and entropy
-    are those of the tempered policy pi^tau that produced the samples, so a loss at another tau
-    would weigh tokens the engine never sampled from that distribution (SPEC section 4)."""
     ratio_mode: Literal["tempered", "scaled"] = "tempered"
     """'tempered' r = exp(logp_tau - old_logp_tau); 'scaled' = exp((logp - old_logp) / tau) (appendix)."""
     eps_low: float = 0.20
@@ -64,11 +59,6 @@ class LossConfig:
     """PPO: GAE lambda."""
     value_coef: float = 0.5
     """PPO: value loss coefficient."""
-    dynamic_sampling: bool = True
-    """DAPO loss: mask groups whose shaped rewards (after the overlong penalty) are all equal out of
-    the loss and its token count. Refilling the batch with new prompts instead is the trainer's
-    rl.filtering.dynamic_sampling (any loss); with both on, this only catches groups the shaping
-    made constant."""
     overlong_buffer: int = 0
     """DAPO: soft overlong punishment buffer length in tokens (0 = off)."""
     overlong_penalty: float = 1.0
@@ -97,7 +87,9 @@ class SamplingParams:
     rollout engine's generate call takes (the RL trainer adds the tokenizer's stop ids and a seed)."""
 
     temperature: float = 1.0
-    """tau; 0 = greedy (argmax). In the RL config it must equal rl.loss.temperature."""
+    """tau; 0 = greedy (argmax). In the RL config (rl.rollout.sampling) this one value is also the
+    temperature of the old log-probs and of the loss (> 0 there): the paper's ratio and entropy are
+    those of the tempered policy pi^tau that produced the samples (SPEC section 4)."""
     top_p: float = 1.0
     """Nucleus: keep the smallest set of tokens whose tempered probability reaches top_p."""
     top_k: int = -1
@@ -245,17 +237,15 @@ class RLConfig:
                 f"rl.filtering.num_candidates ({self.filtering.num_candidates}) must be >= "
                 f"rl.filtering.group_size ({self.filtering.group_size})"
             )
-        if self.loss.temperature <= 0:
-            raise ValueError(f"rl.loss.temperature must be positive, got {self.loss.temperature}")
+        if self.rollout.sampling.temperature <= 0:
+            raise ValueError(
+                "rl.rollout.sampling.temperature must be positive: the loss and the old log-probs are "
+                f"taken at it, got {self.rollout.sampling.temperature}"
+            )
         if self.loss.logprob_chunk_size is not None and self.loss.logprob_chunk_size <= 0:
             raise ValueError(
                 "rl.loss.logprob_chunk_size must be positive or null (sized by bytes), "
                 f"got {self.loss.logprob_chunk_size}"
-            )
-        if abs(self.rollout.sampling.temperature - self.loss.temperature) > 1e-9:
-            raise ValueError(
-                f"rl.rollout.sampling.temperature ({self.rollout.sampling.temperature}) must equal "
-                f"rl.loss.temperature ({self.loss.temperature}): VEPO is temperature-consistent"
             )
         if self.loss.dual_clip is not None and self.loss.dual_clip <= 1:
             raise ValueError(f"rl.loss.dual_clip must be > 1 (or null for off), got {self.loss.dual_clip}")

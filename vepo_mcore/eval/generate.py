@@ -1,5 +1,5 @@
 """Translate FLORES with a trained checkpoint through a rollout engine, writing hypothesis files
-that `tools/evaluate.py` scores (`--checkpoint` runs this first).
+that `tools/evaluate.py` scores (`--eval.system.checkpoint` runs this first).
 
     translate_checkpoint("runs/toy/seed0/sft", "runs/toy/seed0/hyp_sft", directions="en-th,th-en")
 

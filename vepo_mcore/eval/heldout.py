@@ -228,7 +228,7 @@ def write_records(records: Sequence[dict], path: str | Path) -> None:
 
 
 def write_hypothesis_dir(records: Sequence[dict], hyp_dir: str | Path) -> Path:
-    """DIR/{src}-{tgt}.txt, one hypothesis per line in sentence order (tools/evaluate.py --hyp-dir)."""
+    """DIR/{src}-{tgt}.txt, one hypothesis per line in sentence order (tools/evaluate.py --eval.system.hyp_dir)."""
     out = Path(hyp_dir)
     out.mkdir(parents=True, exist_ok=True)
     for direction, members in _by_direction(records).items():

@@ -56,6 +56,9 @@ class RLBatch:
     keep: torch.Tensor | None = None
     """[B] bool: responses the loss trains on, decided once over the whole rollout batch (DAPO's
     dynamic sampling: groups with equal rewards are dropped); None = the loss decides, or all."""
+    temperature: float = 1.0
+    """The sampling temperature tau the responses were drawn at (rl.rollout.sampling.temperature):
+    logp and old_logp are tempered by it; ratio_mode 'scaled' divides by it."""
     global_num_tokens: float | None = None
     """Response-token count of the whole global batch (loss_agg 'global_tokens')."""
     reward_std: torch.Tensor | float | None = None

@@ -5,7 +5,7 @@ The model reads `tokens = seq[:-1]` and predicts `labels = seq[1:]`; `loss_mask`
 positions that are response tokens, so every [B, S] tensor below is aligned with the logits and
 the response-token position t (for gamma**t) is the running count of `loss_mask`.
 
-    exp = make_experience(samples, pad_id, max_response_length=L).to(device())
+    exp = make_experience(samples, pad_id, max_response_length=L, temperature=tau).to(device())
     exp.old_logp, exp.rollout_entropy = policy_logprobs(model, exp, mbs, loss_cfg, vocab)  # no grad
     exp.advantages = compute_advantages(exp.loss_batch(), loss_cfg, kl)
     train_step(partial(rl_forward_step, ...), iter(exp.split(mbs)), ...)
@@ -53,6 +53,9 @@ class Experience:
     """[B] long: response tokens, the stop token included."""
     max_response_length: int | None = None
     """The generation cap L_max (DAPO's overlong shaping)."""
+    temperature: float = 1.0
+    """The sampling temperature tau of the rollout: the log-probs and entropies below, and the
+    loss's, are taken at it."""
     old_logp: torch.Tensor | None = None
     """[B, S]: log-prob of each label under the policy that sampled it, at the sampling temperature,
     recomputed by the training model (0 off the mask; no gradient)."""
@@ -103,7 +106,7 @@ class Experience:
     def loss_fields(self) -> dict[str, Any]:
         """The RLBatch fields this record holds, by name (the rollout data a loss reads)."""
         names = ("old_logp", "ref_logp", "rewards", "group_ids", "advantages", "old_values", "returns",
-                 "response_lengths", "max_response_length", "keep", "rollout_is_weights")  # fmt: skip
+                 "response_lengths", "max_response_length", "keep", "rollout_is_weights", "temperature")  # fmt: skip
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
     def loss_batch(self, **extra: Any) -> RLBatch:
@@ -113,10 +116,14 @@ class Experience:
 
 
 def make_experience(
-    samples: list[Sample], pad_id: int, multiple: int = 1, max_response_length: int | None = None
+    samples: list[Sample],
+    pad_id: int,
+    multiple: int = 1,
+    max_response_length: int | None = None,
+    temperature: float = 1.0,
 ) -> Experience:
     """Samples -> the rollout fields of an Experience: [B, S] token tensors and [B] rewards, groups
-    and lengths. S is the longest prompt + response minus one, rounded up to `multiple` (FP8 needs
+    and lengths; `temperature` is the tau they were sampled at. S is the longest prompt + response minus one, rounded up to `multiple` (FP8 needs
     16: vepo_mcore.models.fp8.token_multiple); the padding is masked out of the loss."""
     if not samples:
         raise ValueError("make_experience needs at least one sample")
@@ -150,6 +157,7 @@ def make_experience(
         response_lengths=torch.tensor([len(s.response_ids) for s in samples], dtype=torch.long),
         rollout_logp=engine_logp,
         max_response_length=max_response_length,
+        temperature=temperature,
     )
 
 
@@ -158,7 +166,7 @@ def policy_logprobs(
     model, exp: Experience, micro_batch_size: int, loss_cfg: LossConfig, vocab_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward-only log-probs and entropies of `exp.labels`, [B, S] each, as the loss reads them
-    (rl.logprobs.policy_logprobs_and_entropy), on every pipeline rank (computed on the last stage
+    (rl.logprobs.policy_logprobs_and_entropy at exp.temperature), on every pipeline rank (computed on the last stage
     and broadcast)."""
     from megatron.core import parallel_state as ps
 
@@ -171,7 +179,11 @@ def policy_logprobs(
         output = module(mb.tokens, mb.position_ids, None, output_mask=mask, defer_output_layer=True)
 
         def stash(output):
-            outputs.append(masked_policy_logprobs_and_entropy(output, mb.labels, mask, loss_cfg, vocab_size))
+            outputs.append(
+                masked_policy_logprobs_and_entropy(
+                    output, mb.labels, mask, loss_cfg, vocab_size, exp.temperature
+                )
+            )
             return outputs[-1][0].new_zeros(()), torch.ones((), dtype=torch.int), {}
 
         return output, stash

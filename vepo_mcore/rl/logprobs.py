@@ -248,10 +248,15 @@ def reference_logprobs_and_entropy(
 
 
 def policy_logprobs_and_entropy(
-    logits: torch.Tensor | DeferredOutputLayer, targets: torch.Tensor, cfg, vocab_size: int | None = None
+    logits: torch.Tensor | DeferredOutputLayer,
+    targets: torch.Tensor,
+    cfg,
+    vocab_size: int | None = None,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The one rule for what an RL loss reads from the policy's logits (cfg: rl.loss, a LossConfig):
-    the log-probs its ratio uses and the entropy at the sampling temperature tau.
+    the log-probs its ratio uses and the entropy at the sampling temperature tau = `temperature`
+    (rl.rollout.sampling.temperature).
 
     ratio_mode 'tempered' (SPEC default): both under softmax(z / tau). 'scaled' (the appendix
     variant, r = exp((logp - old) / tau)): untempered log-probs, but the entropy stays the sampling
@@ -265,11 +270,11 @@ def policy_logprobs_and_entropy(
         fn = partial(_deferred_logprobs_and_entropy, logits)
     else:
         fn = partial(logprobs_and_entropy, logits)
-    if cfg.ratio_mode == "tempered" or cfg.temperature == 1.0:
-        tau = cfg.temperature if cfg.ratio_mode == "tempered" else 1.0
+    if cfg.ratio_mode == "tempered" or temperature == 1.0:
+        tau = temperature if cfg.ratio_mode == "tempered" else 1.0
         return fn(targets, tau, **args)
     logp, _ = fn(targets, 1.0, **args)
-    _, entropy = fn(targets, cfg.temperature, **args)
+    _, entropy = fn(targets, temperature, **args)
     return logp, entropy
 
 
@@ -288,6 +293,7 @@ def masked_policy_logprobs_and_entropy(
     mask: torch.Tensor,
     cfg,
     vocab_size: int | None = None,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """policy_logprobs_and_entropy from the output of the masked positions only.
 
@@ -296,6 +302,8 @@ def masked_policy_logprobs_and_entropy(
     DeferredOutputLayer of N hidden states; targets, mask [b, s] -> log-probs and entropy [b, s], 0
     where mask is off.
     """
-    logp, entropy = policy_logprobs_and_entropy(logits, targets[mask].unsqueeze(0), cfg, vocab_size)
+    logp, entropy = policy_logprobs_and_entropy(
+        logits, targets[mask].unsqueeze(0), cfg, vocab_size, temperature
+    )
     zeros = torch.zeros(mask.shape, dtype=logp.dtype, device=logp.device)
     return zeros.masked_scatter(mask, logp[0]), zeros.masked_scatter(mask, entropy[0])

@@ -228,8 +228,10 @@ class RLTrainer:
         # On the compute device from here on: the forward passes, NCCL's all-reduce of the
         # advantage statistics and the pipeline broadcasts all need device tensors. FP8 GEMMs need
         # whole multiples of 16 tokens (token_multiple is 1 without FP8).
+        sampling = cfg.rl.rollout.sampling
         exp = xp.make_experience(samples, self.tokenizer.pad_id, token_multiple(cfg),
-                                 max_response_length=cfg.rl.rollout.sampling.max_new_tokens).to(device())  # fmt: skip
+                                 max_response_length=sampling.max_new_tokens,
+                                 temperature=sampling.temperature).to(device())  # fmt: skip
         mbs = cfg.training.micro_batch_size
         args = (mbs, loss, cfg.model.vocab_size)  # log-probs and entropy as the loss reads them
         exp.old_logp, exp.rollout_entropy = xp.policy_logprobs(self.model, exp, *args)

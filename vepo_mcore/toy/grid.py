@@ -97,7 +97,6 @@ class GridSetup:
             "--rl.loss.name", run.algorithm, "--rl.kl.estimator", run.kl, "--rl.kl.coef", str(self.kl_coef),
             "--rl.kl.measure_interval", "1", "--rl.mini_batches", str(self.mini_batches),
             "--training.optimizer.lr", str(self.lr), "--training.optimizer.min_lr", str(self.lr),
-            "--rl.loss.temperature", str(self.temperature),
             "--rl.rollout.sampling.temperature", str(self.temperature),
         ]  # fmt: skip
         if run.algorithm == "dapo":

@@ -4,10 +4,10 @@
     A_i  = (R'_i - mean_group) / (std_group + eps)          on every token of response i
     loss = -(1/N) sum_t min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) [+ KL]
 
-Dynamic sampling: groups whose rewards are all equal carry no signal. With rl.loss.dynamic_sampling
-they are masked out of the loss here (and out of its token count), decided on the whole rollout
-batch by the trainer (RLBatch.keep, registry.compute_keep); rl.filtering.dynamic_sampling
-makes the trainer drop them before the loss and refill the batch with new prompts.
+Dynamic sampling: groups whose (shaped) rewards are all equal carry no signal. They are masked out of
+the loss here (and out of its token count), decided on the whole rollout batch by the trainer
+(RLBatch.keep, registry.compute_keep); rl.filtering.dynamic_sampling makes the trainer drop them
+before the loss and refill the batch with new prompts (any loss).
 Inputs (RLBatch, [B, T]): logp, old_logp, mask, rewards [B], group_ids [B]; response_lengths and
 max_response_length for the overlong shaping; ref_logp for KL.
 """
@@ -47,9 +47,9 @@ def dapo_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None)
 
 
 def dapo_keep(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> torch.Tensor | None:
-    """[B] bool, False for groups whose shaped rewards are all equal (rl.loss.dynamic_sampling);
-    None when off. Decide it on the whole rollout batch: a micro-batch holds part of a group."""
-    if not cfg.dynamic_sampling or batch.rewards is None:
+    """[B] bool, False for groups whose shaped rewards are all equal; None without rewards (precomputed
+    advantages). Decide it on the whole rollout batch: a micro-batch holds part of a group."""
+    if batch.rewards is None:
         return None
     return dynamic_sampling_keep(dapo_rewards(batch, cfg, kl), batch.group_ids)
 

@@ -45,7 +45,9 @@ def rl_loss_func(
     """The last pipeline stage's output for the N response positions (the model's `output_mask`): a
     DeferredOutputLayer or vocab-parallel logits [1, N, V_pad / TP] -> (loss, num_tokens, metrics)."""
     mask = micro.loss_mask.bool()
-    logp, entropy = masked_policy_logprobs_and_entropy(logits, micro.labels, mask, cfg, vocab_size)
+    logp, entropy = masked_policy_logprobs_and_entropy(
+        logits, micro.labels, mask, cfg, vocab_size, micro.temperature
+    )
     per_token = cfg.loss_agg == "global_tokens"
     # per token: megatron divides the summed loss by the global token count itself
     batch = RLBatch(logp=logp, entropy=entropy, mask=mask, **micro.loss_fields(),
