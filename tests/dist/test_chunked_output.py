@@ -44,9 +44,9 @@ def _gather_rows(weight: torch.Tensor) -> torch.Tensor:
 
 def _check(rank, world, tied, masked):
     from tests.dist.model_utils import VOCAB, tiny_model
+    from tests.support.reference_logprobs import reference_logprobs_and_entropy
     from vepo_mcore.models import output_loss
     from vepo_mcore.models.output_loss import DeferredOutputLayer, output_layer_logprobs
-    from vepo_mcore.rl.logprobs import reference_logprobs_and_entropy
 
     model, tokens, labels, pos = tiny_model(world, tied, seed=7, batch_seed=1, batch_size=3, seq=12)
     # the CPU cross-entropy's vocabulary blocks: several, the last short (this spawned worker's global)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from tests.support.reference_logprobs import reference_logprobs_and_entropy
 from vepo_mcore.parallel.launch import run_processes
-from vepo_mcore.rl.logprobs import logprobs_and_entropy, reference_logprobs_and_entropy
+from vepo_mcore.rl.logprobs import logprobs_and_entropy
 
 N = 11
 

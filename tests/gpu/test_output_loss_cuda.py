@@ -83,8 +83,8 @@ def _inputs(n, h, dtype, seed=0):
 
 
 def test_cross_entropy_and_logprob_entropy_equal_float64_at_the_7b_vocabulary(nccl):
+    from tests.support.reference_logprobs import reference_logprobs_and_entropy
     from vepo_mcore.models.output_loss import output_layer_cross_entropy, output_layer_logprobs
-    from vepo_mcore.rl.logprobs import reference_logprobs_and_entropy
 
     hidden, weight, targets = _inputs(600, 256, torch.float32)
     w = torch.rand(600, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1))

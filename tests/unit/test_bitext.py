@@ -211,7 +211,7 @@ def test_fetch_debs_uses_the_cache_and_names_a_missing_client(tmp_path, monkeypa
 
 
 def test_registry_refuses_a_duplicate_and_names_the_known_sources():
-    with pytest.raises(ValueError, match="registered twice"):
+    with pytest.raises(ValueError, match="already registered"):
         register_source(name="cldr", license="x", format="x", locales={}, package=None, shared=())(
             lambda *a: []
         )

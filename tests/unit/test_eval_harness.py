@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from vepo_mcore.eval.harness import (
+from tests.support.lm_eval_harness import (
     TINY_MC,
     extract_scores,
     load_mc_jsonl,

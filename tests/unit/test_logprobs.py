@@ -7,8 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.reference_logprobs import reference_logprobs_and_entropy
 from vepo_mcore.rl import logprobs
-from vepo_mcore.rl.logprobs import chunk_rows, logprobs_and_entropy, reference_logprobs_and_entropy
+from vepo_mcore.rl.logprobs import chunk_rows, logprobs_and_entropy
 
 VOCAB, PADDED = 13, 16
 

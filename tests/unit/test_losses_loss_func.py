@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from tests.support.reference_logprobs import reference_logprobs_and_entropy
 from vepo_mcore.config.rl import KLConfig, LossConfig
 from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.experience import Experience
-from vepo_mcore.rl.logprobs import reference_logprobs_and_entropy
 from vepo_mcore.rl.losses import compute_loss
 from vepo_mcore.rl.losses.loss_func import rl_loss_func
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support.reference_logprobs import reference_logprobs_and_entropy
 from vepo_mcore.models.output_loss import (
     DeferredOutputLayer,
     output_layer_cross_entropy,
     output_layer_logprobs,
 )
-from vepo_mcore.rl.logprobs import reference_logprobs_and_entropy
 
 
 def _inputs(n=24, h=16, rows=40, dtype=torch.float32, scale=1.0, seed=0):

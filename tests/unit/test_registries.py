@@ -72,3 +72,32 @@ def test_a_registered_engine_is_built_by_name():
         assert "toy_echo" in engines.known_engines()
     finally:
         engines._ENGINES.pop("toy_echo")
+
+
+@pytest.mark.parametrize("registry", ["loss", "reward", "engine", "source"])
+def test_every_registry_refuses_a_name_already_registered(registry):
+    """One rule for every registry: a second registration under a taken name is a ValueError naming
+    the module that holds it, never a silent overwrite."""
+    from vepo_mcore.bitext import sources
+
+    register = {
+        "loss": lambda: register_loss("vepo", advantages=lambda *a: None),
+        "reward": lambda: rewards.register_reward("length"),
+        "engine": lambda: engines.register_engine("embedded"),
+        "source": lambda: sources.register_source(name=next(iter(sources.SOURCES))),
+    }[registry]
+    before = {
+        "loss": dict(LOSSES),
+        "reward": dict(rewards._REWARDS),
+        "engine": dict(engines._ENGINES),
+        "source": dict(sources.SOURCES),
+    }[registry]
+    with pytest.raises(ValueError, match="already registered by vepo_mcore"):
+        register()(lambda *a, **k: None)
+    after = {
+        "loss": LOSSES,
+        "reward": rewards._REWARDS,
+        "engine": engines._ENGINES,
+        "source": sources.SOURCES,
+    }[registry]
+    assert dict(after) == before

@@ -66,7 +66,10 @@ def register_source(**fields) -> Callable:
 
     def wrap(extract: Callable) -> Callable:
         if fields["name"] in SOURCES:
-            raise ValueError(f"parallel-text source {fields['name']!r} is registered twice")
+            raise ValueError(
+                f"parallel-text source {fields['name']!r} is already registered by "
+                f"{SOURCES[fields['name']].extract.__module__}"
+            )
         SOURCES[fields["name"]] = Source(extract=extract, **fields)
         return extract
 

@@ -47,10 +47,11 @@ _REWARDS: dict[str, RegisteredReward] = {}
 
 
 def register_reward(name: str, *, constraint: str | None = None) -> Callable[[RewardFn], RewardFn]:
-    """Decorator registering ``fn`` under ``name``; ``constraint`` names its Sample.passed key."""
+    """Decorator registering ``fn`` under ``name``; ``constraint`` names its Sample.passed key. A name
+    already registered is refused."""
 
     def decorator(fn: RewardFn) -> RewardFn:
-        if name in _REWARDS and _REWARDS[name].fn is not fn:
+        if name in _REWARDS:
             raise ValueError(f"reward {name!r} is already registered by {_REWARDS[name].fn.__module__}")
         positional = [
             p

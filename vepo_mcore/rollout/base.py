@@ -163,9 +163,12 @@ _ENGINES: dict[str, EngineBuilder] = {}
 
 
 def register_engine(name: str) -> Callable[[EngineBuilder], EngineBuilder]:
-    """Decorator: register `builder(cfg, model=..., tokenizer=..., **kwargs) -> RolloutEngine`."""
+    """Decorator: register `builder(cfg, model=..., tokenizer=..., **kwargs) -> RolloutEngine`; a name
+    already registered is refused (as for losses, rewards and parallel-text sources)."""
 
     def wrap(builder: EngineBuilder) -> EngineBuilder:
+        if name in _ENGINES:
+            raise ValueError(f"rollout engine {name!r} is already registered by {_ENGINES[name].__module__}")
         _ENGINES[name] = builder
         return builder
 

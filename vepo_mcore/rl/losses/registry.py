@@ -45,7 +45,7 @@ def register_loss(
 
     def wrap(fn: LossFn) -> LossFn:
         if name in LOSSES:
-            raise ValueError(f"loss {name!r} is already registered")
+            raise ValueError(f"loss {name!r} is already registered by {LOSSES[name].loss_fn.__module__}")
         LOSSES[name] = LossSpec(name, fn, advantages, keep, needs_critic)
         return fn
 

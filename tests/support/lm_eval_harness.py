@@ -1,10 +1,12 @@
 """General benchmarks (BBH, CMMLU, HellaSwag, MMLU) through lm-evaluation-harness, an optional extra.
+Kept with the tests: the training package does not call it; tests/unit/test_eval_harness.py checks
+the multiple-choice protocol and the lm-eval wrapper.
 
 Two pieces:
   * `score_multiple_choice(items, loglikelihood)`: the multiple-choice protocol lm-eval uses for
     MMLU/CMMLU/HellaSwag (pick the choice with the highest log-likelihood; acc_norm divides by
     the choice's length in bytes), over local JSONL items. It needs only a log-likelihood
-    callable, so it runs here on the tiny shipped set (data/tiny_mc.jsonl) and on any model.
+    callable, so it runs here on the tiny set beside this file (tiny_mc.jsonl) and on any model.
   * `run_lm_eval(loglikelihood, generate, tasks)`: wraps the same callables as an
     `lm_eval.api.model.LM` and calls `lm_eval.simple_evaluate`. lm-eval is imported lazily and
     reads its datasets from the Hugging Face cache (set HF_DATASETS_OFFLINE=1 with a pre-filled
@@ -24,7 +26,7 @@ from pathlib import Path
 LoglikelihoodFn = Callable[[list[tuple[str, str]]], list[tuple[float, bool]]]
 GenerateFn = Callable[[list[tuple[str, dict]]], list[str]]
 
-TINY_MC = Path(__file__).resolve().parent / "data" / "tiny_mc.jsonl"
+TINY_MC = Path(__file__).resolve().parent / "tiny_mc.jsonl"
 """A few hand-written multiple-choice questions for tests and smoke runs."""
 
 BENCHMARKS: dict[str, tuple[str, tuple[str, ...]]] = {
