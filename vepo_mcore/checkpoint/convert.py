@@ -14,8 +14,8 @@ torch_dist stores global tensors, so a checkpoint written at one TP/PP loads at 
 (`load_megatron_checkpoint`). Vocab rows: megatron pads the real vocab (the tokenizer's length)
 by the one padding rule with zero rows; export writes the source checkpoint's row count (152,064
 for Qwen2.5) when known, else the padded size, with every row >= the real vocab zero.
-Both directions stream, so memory stays near the largest tensor, not the model (issue 19;
-benchmarks/convert_memory.py): HF -> megatron builds no model and cuts each TP/PP rank's shards
+Both directions stream, so memory stays near the largest tensor, not the model
+(benchmarks/convert_memory.py): HF -> megatron builds no model and cuts each TP/PP rank's shards
 from one HF tensor at a time (stream.py writes them with torch.distributed.checkpoint in
 megatron's torch_dist layout); megatron -> HF reads the stored chunks one layer at a time and
 HFWriter writes each tensor as it comes.

@@ -9,7 +9,7 @@ softmax, bmm: four passes over them, and four more in backward) and repeats the 
 grouped-query attention. torch's SDPA does the same arithmetic in one fused CPU kernel with the
 groups broadcast (one layer's attention forward + backward, 4 heads / 2 groups of 64: 1.3-1.7x
 faster at 1 x 512 and 8 x 256 tokens, outputs within 1e-6 in fp32; the train step 2-3% faster,
-benchmarks/RESULTS.md, session 17). It is what transformers' Qwen2 runs on CPU too. The Transformer
+benchmarks/train_step.py, 2026-11-27). It is what transformers' Qwen2 runs on CPU too. The Transformer
 Engine spec (GPU) does not use this module.
 
 The same inputs and masks as megatron's: query [sq, b, np, hn], key/value [sk, b, ng, hn], an optional

@@ -71,8 +71,8 @@ the cache the GEMM wrote it to."""
 VOCAB_MAJOR_BYTES = 512 << 10
 """The CPU cross-entropy with an expected gradient runs vocabulary-major (`vocab_major_chunk`) when one
 chunk's hidden states [c, h] take at most this; every block's GEMMs read them and write their
-gradient again, which then stays in the cache. Measured at hidden 256 (benchmarks/RESULTS.md, session
-19): the train step 3% faster at 256-token chunks of the 152k vocabulary, slower at the toy's
+gradient again, which then stays in the cache. Measured at hidden 256 (benchmarks/train_step.py,
+2026-11-27): the train step 3% faster at 256-token chunks of the 152k vocabulary, slower at the toy's
 2,048-token chunks. 0: always token-major, the layout every other path uses."""
 
 
