@@ -110,7 +110,7 @@ def main() -> None:
 
 
 def _megatron_model():
-    """The toy RL recipe's model shape (examples/configs/toy/rl.yaml), random weights, TP=1, CPU."""
+    """The toy RL recipe's model shape (recipes/toy/configs/rl.yaml), random weights, TP=1, CPU."""
     from vepo_mcore.config import JobConfig
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel

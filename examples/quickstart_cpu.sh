@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The CPU quickstart (run through `make quickstart`): the whole VEPO pipeline on the toy model
-# (examples/configs/toy/), on 2 CPU cores, in under ten minutes, nothing downloaded:
+# (recipes/toy/configs/), on 2 CPU cores, in under ten minutes, nothing downloaded:
 #   tokenizer expansion + trimmed vocabulary -> base -> embedding resize -> CPT (1:1) -> SFT
 #   -> VEPO RL -> held-out evaluation of the policy before SFT, after SFT and after RL
 #   (tools/run_toy.py with short stage budgets) -> reward model from the SFT checkpoint
 #   -> FLORES scores of the held-out translations -> summary with 95% intervals and plots.
-# The full-size toy run (the same stages, longer; 4 seeds) is `make toy` (tools/run_toy.py --seeds 0 1 2 3).
+# `make toy` adds what the quickstart leaves out: parallel text from Debian localisation packages
+# (tools/build_parallel_corpus.py, fetched with apt-get) in CPT and SFT, en-id/id-en, longer stages, 3 seeds.
 # Knobs (environment): OUT, BASE_ITERS, CPT_ITERS, SFT_ITERS, RL_ITERS, RM_ITERS, EVAL_SENTENCES, DIRECTIONS,
 # TOY_ARGS (more tools/run_toy.py flags, e.g. "--set all.model.num_layers=2").
 set -euo pipefail
@@ -39,7 +40,7 @@ stage 1/4 "toy recipe: tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> h
 # shellcheck disable=SC2086  # TOY_ARGS is a list of flags
 "$PY" tools/run_toy.py --out "$OUT/toy" --seeds 0 --directions "$DIRECTIONS" --eval-sentences "$EVAL_SENTENCES" \
   --iters base="$BASE_ITERS" cpt="$CPT_ITERS" sft="$SFT_ITERS" rl="$RL_ITERS" --no-report \
-  --rl-holdout 0 --rl-validation 0 --sft-window 1 --set all.training.logging.log_interval=5 rl.rl.kl.estimator=k3 rl.rl.kl.coef=0.05 $TOY_ARGS
+  --rl-holdout 0 --rl-validation 0 --sft-window 1 --no-bitext --vocab-min-count 1 --set all.training.logging.log_interval=5 rl.rl.kl.estimator=k3 rl.rl.kl.coef=0.05 $TOY_ARGS
 
 stage 2/4 "reward model from the SFT checkpoint: corrupted FLORES pairs, 10 error categories"
 MODEL=$("$PY" - "$SEED/sft" <<'EOF'
@@ -65,3 +66,4 @@ stage 3/4 "FLORES devtest scores of the held-out translations, paired bootstrap 
 
 stage 4/4 "summary"
 "$PY" tools/quickstart_summary.py "$OUT"
+echo "make toy adds parallel text from Debian localisation packages (apt-get) to CPT and SFT, en-id/id-en, longer stages and 3 seeds: reports/toy/README.md"

@@ -6,14 +6,17 @@ python tools/quickstart_summary.py runs/quickstart
 """
 
 import argparse
+import sys
 from pathlib import Path
 
-from vepo_mcore.toy.quickstart import quickstart_summary
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # recipes/ lives in the checkout, beside tools/
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="the quickstart's output directory")
+    from recipes.toy.quickstart import quickstart_summary
+
     print(quickstart_summary(Path(p.parse_args(argv).run)))
 
 

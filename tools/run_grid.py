@@ -18,10 +18,12 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # recipes/ lives in the checkout, beside tools/
+
 
 def main(argv: list[str] | None = None) -> int:
-    from vepo_mcore.toy.grid import ALGORITHMS, KL_REGIMES, GridSetup, plan_grid, run_grid
-    from vepo_mcore.toy.grid_report import write_grid_report
+    from recipes.toy.grid import ALGORITHMS, KL_REGIMES, GridSetup, plan_grid, run_grid
+    from recipes.toy.grid_report import write_grid_report
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(

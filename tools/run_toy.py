@@ -6,7 +6,7 @@
 Parallel text from Debian localisation packages (tools/build_parallel_corpus.py, fetched with
 apt-get; --no-bitext for FLORES dev only) -> expanded tokenizer -> trimmed vocabulary -> base -> embedding resize -> CPT (1:1) -> SFT -> VEPO RL
 -> held-out evaluation on FLORES devtest -> reports/toy/{summary.json,results.md,rl_curves.png,
-seed*_constraints_{sft,rl}.md}. Configs: examples/configs/toy/*.yaml (the stages are the 7B
+seed*_constraints_{sft,rl}.md}. Configs: recipes/toy/configs/*.yaml (the stages are the 7B
 recipe's entry scripts). Rerunning continues an interrupted run (finished stages are skipped).
 --set STAGE.FIELD=VALUE passes a dotted override to one stage (--set rl.rl.kl.estimator=k3), or
 to every training stage with STAGE "all" (--set all.model.num_layers=2).
@@ -21,6 +21,8 @@ import warnings
 from pathlib import Path
 
 from vepo_mcore.config.cli import run_cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # recipes/ lives in the checkout, beside tools/
 
 warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
 
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     add("--no-report", action="store_true", help="run the stages only")
     args = p.parse_args(argv)
 
-    from vepo_mcore.toy.recipe import ToyPlan, run_toy, stage_flags
+    from recipes.toy.recipe import ToyPlan, run_toy, stage_flags
 
     iters, overrides = stage_flags(args.iters, args.set)
     plan = ToyPlan(out=Path(args.out), seeds=args.seeds, directions=args.directions, nproc=args.nproc,
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     seed_dirs = run_toy(plan)
     if args.no_report:
         return 0
-    from vepo_mcore.toy.report import write_report
+    from recipes.toy.report import write_report
 
     summary = write_report(seed_dirs, plan.out / "shared", args.report_dir)
     print(

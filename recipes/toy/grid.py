@@ -5,7 +5,7 @@ seeds for the cells the claims compare, and DAPO's overlong study.
     run_grid(runs, GridSetup.from_toy("runs/toy/seed0"), "reports/toy/grid_runs", steps=40, workers=2)
     records = grid_records(read_histories(runs, "reports/toy/grid_runs"))   # -> reports/toy/grid.json
 
-Every run is tools/train_vepo.py with examples/configs/toy/rl.yaml and the same overrides except
+Every run is tools/train_vepo.py with recipes/toy/configs/rl.yaml and the same overrides except
 what defines its algorithm (rl.loss.name; DAPO also turns on dynamic sampling, and its overlong
 twin the soft overlong penalty) and its KL estimator. The reference pass runs every step, so
 rl/kl_k1..k3 are measured in every run, KL optimised or not. Runs write OUT/<name>/metrics.jsonl
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from vepo_mcore.toy.recipe import CONFIGS, run_logged, torchrun
+from recipes.toy.recipe import CONFIGS, run_logged, torchrun
 from vepo_mcore.training.logging import read_metrics
 
 ALGORITHMS = ("vepo", "ppo", "grpo", "dapo", "rloo", "reinforce_pp")

@@ -8,15 +8,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vepo_mcore.toy.claims import all_claims, entropy_ratio, length_drift
-from vepo_mcore.toy.figures import plot_decision_point, plot_grid_metric, plot_overlong
-from vepo_mcore.toy.grid import GridRun, GridSetup, grid_records, read_histories
+from recipes.toy.claims import all_claims, entropy_ratio, length_drift
+from recipes.toy.figures import plot_decision_point, plot_grid_metric, plot_overlong
+from recipes.toy.grid import GridRun, GridSetup, grid_records, read_histories
 
 
 def _decision_study(runs: list[GridRun], out: Path, setup: GridSetup, report: Path) -> dict | None:
     """C7 on the first seed's VEPO (no KL) against the SFT checkpoint every run started from."""
+    from recipes.toy.decision import decision_point_study
     from vepo_mcore.eval.heldout import read_records
-    from vepo_mcore.toy.decision import decision_point_study
 
     vepo = next((r for r in runs if r.keeps_checkpoint and (out / r.name / "checkpoint").is_dir()), None)
     heldout = setup.sft.parent / "heldout_sft.jsonl"

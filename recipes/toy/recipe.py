@@ -1,4 +1,4 @@
-"""The toy recipe: the paper's whole chain on 2 CPU cores, driven by examples/configs/toy/*.yaml.
+"""The toy recipe: the paper's whole chain on 2 CPU cores, driven by recipes/toy/configs/*.yaml.
 
     run_toy(ToyPlan(out="runs/toy", seeds=[0, 1, 2]))      # tools/run_toy.py
 
@@ -43,8 +43,9 @@ from vepo_mcore.eval.heldout import read_records, write_records
 from vepo_mcore.languages import EXPANDED_LANGS, flores_path, load_flores
 from vepo_mcore.translation.directions import parse_directions
 
-CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs" / "toy"
+CONFIGS = Path(__file__).resolve().parent / "configs"
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
+"""The entry scripts every stage runs: a recipe lives in the checkout, beside tools/."""
 
 
 @dataclass(kw_only=True)

@@ -19,10 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from recipes.toy.recipe import TOOLS
 from vepo_mcore.eval.heldout import LABELS, METRICS, paired_deltas, read_records, summarize
 from vepo_mcore.rewards.constraints import PAPER_VEPO_7B
 
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
 COMPARE_SENTENCES = 50
 """Devtest sentences per direction behind the headline numbers: the anchor's comparison set."""
 CURVES = (

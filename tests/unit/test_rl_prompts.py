@@ -55,7 +55,7 @@ def test_an_empty_range_and_a_changed_range_are_refused(tokenizer):
 
 
 def test_toy_holdout_moves_the_last_dev_sentences_from_sft_to_rl(tmp_path):
-    from vepo_mcore.toy.recipe import ToyPlan, _sft_and_rl_split
+    from recipes.toy.recipe import ToyPlan, _sft_and_rl_split
 
     all_dev = tmp_path / "translation.jsonl"
     assert _sft_and_rl_split(ToyPlan(out=tmp_path, directions="en-vi"), all_dev) == (all_dev, ":")
@@ -64,7 +64,7 @@ def test_toy_holdout_moves_the_last_dev_sentences_from_sft_to_rl(tmp_path):
 
 
 def test_sft_window_adds_joined_runs_of_consecutive_sentences_inside_the_sft_range(tmp_path):
-    from vepo_mcore.toy.recipe import ToyPlan, _sft_and_rl_split
+    from recipes.toy.recipe import ToyPlan, _sft_and_rl_split
 
     en, vi = load_flores("en", "dev"), load_flores("vi", "dev")
     rows = direction_examples([("en", "vi")], "dev", sentences=":10", window=3)
@@ -84,7 +84,7 @@ def test_sft_window_adds_joined_runs_of_consecutive_sentences_inside_the_sft_ran
 
 
 def test_toy_rl_validation_takes_the_last_rl_sentences_and_picks_the_best_checkpoint(tmp_path):
-    from vepo_mcore.toy.recipe import ToyPlan, _validation_split, select_rl_checkpoint
+    from recipes.toy.recipe import ToyPlan, _validation_split, select_rl_checkpoint
 
     assert _validation_split(ToyPlan(out=tmp_path, rl_holdout=197), "800:") == ("800:", [])
     prompts, args = _validation_split(ToyPlan(out=tmp_path, rl_holdout=197, rl_validation=50), "800:")

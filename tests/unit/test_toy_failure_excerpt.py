@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from vepo_mcore.toy.recipe import failure_excerpt, run_logged
+from recipes.toy.recipe import failure_excerpt, run_logged
 
 
 def test_a_failing_torchrun_worker_reports_its_own_exception(tmp_path):

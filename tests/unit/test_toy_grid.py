@@ -1,4 +1,4 @@
-"""The toy grid (vepo_mcore/toy/grid.py) and the claim verdicts (claims.py): the plan, the flags each
+"""The toy grid (recipes/toy/grid.py) and the claim verdicts (claims.py): the plan, the flags each
 run gets (checked by the real config loader), the first/last windows, and every verdict rule on
 histories built to satisfy or break it."""
 
@@ -10,8 +10,8 @@ import pytest
 from vepo_mcore.config import JobConfig
 from vepo_mcore.config.job import job_from_cli
 from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
-from vepo_mcore.toy import claims
-from vepo_mcore.toy.grid import (
+from recipes.toy import claims
+from recipes.toy.grid import (
     GridRun,
     GridSetup,
     grid_records,
@@ -163,7 +163,7 @@ def test_c1_c7_read_the_toy_summary_and_the_decision_study():
 
 
 def test_the_grid_takes_the_rl_prompts_the_toy_planned(tmp_path):
-    from vepo_mcore.toy.grid import toy_rl_prompts
+    from recipes.toy.grid import toy_rl_prompts
 
     assert toy_rl_prompts(tmp_path) == {}
     planned = {"directions": "en-th,th-en", "prompt_sentences": "800:"}  # what run_seed writes

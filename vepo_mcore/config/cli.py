@@ -21,7 +21,10 @@ from typing import Any
 
 EXIT_USER_ERROR = 2
 USER_ERRORS = (ValueError, FileNotFoundError)
-_OURS = (Path(__file__).resolve().parents[1], Path(__file__).resolve().parents[2] / "tools")
+_OURS = (
+    Path(__file__).resolve().parents[1],
+    *(Path(__file__).resolve().parents[2] / d for d in ("tools", "recipes")),
+)
 
 
 def debug_requested(argv: list[str] | None = None) -> bool:
