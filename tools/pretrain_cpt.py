@@ -25,8 +25,10 @@ def main(argv: list[str] | None = None) -> None:
     args, cfg = job_from_cli(argv, __doc__)
     if args.dry_run:
         from vepo_mcore.training.memory_plan import memory_plan
+        from vepo_mcore.training.preflight import report_launch_problems
 
         cfg.validate(args.world_size)
+        report_launch_problems(cfg, "pretrain", strict=args.check_paths)
         print(dry_run_summary(cfg, args.world_size))
         plan = memory_plan(cfg, args.world_size or cfg.parallel.model_parallel_size)
         print(plan.format())

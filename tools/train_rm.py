@@ -24,7 +24,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     args, cfg = job_from_cli(argv, __doc__)
     if args.dry_run:
+        from vepo_mcore.training.preflight import report_launch_problems
+
         cfg.validate(args.world_size)
+        report_launch_problems(cfg, "rm", strict=args.check_paths)
         print(f"config OK: {args.config}")
         return {}
     if not cfg.training.checkpoint.save:

@@ -22,13 +22,14 @@ def main(argv: list[str] | None = None) -> None:
         from vepo_mcore.rl.losses import get_loss
         from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
         from vepo_mcore.training.memory_plan import memory_plan
+        from vepo_mcore.training.preflight import report_launch_problems
 
         cfg = rl_job_config(cfg)
         if args.world_size:
             cfg.parallel.validate(args.world_size)  # TP*PP divides the world before the batch arithmetic
             check_batch_shape(cfg, cfg.parallel.data_parallel_size(args.world_size))
             cfg.validate(args.world_size)
-
+        report_launch_problems(cfg, "rl", strict=args.check_paths)
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         print(f"config OK: {args.config}", file=sys.stderr)
         plan = memory_plan(cfg, args.world_size or cfg.parallel.model_parallel_size, rl=True,
