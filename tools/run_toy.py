@@ -1,15 +1,12 @@
-"""The toy recipe that learns: the paper's whole chain on 2 CPU cores, nothing downloaded.
+"""The toy recipe (recipes/toy): the paper's whole chain on 2 CPU cores, nothing from a model hub.
 
     python tools/run_toy.py --seeds 0 1 2                   # runs/toy, then reports/toy
     python tools/run_toy.py --seeds 0 --out runs/toy_fast --iters sft=200 rl=40 --report-dir /tmp/r
 
-Parallel text from Debian localisation packages (tools/build_parallel_corpus.py, fetched with
-apt-get; --no-bitext for FLORES dev only) -> expanded tokenizer -> trimmed vocabulary -> base -> embedding resize -> CPT (1:1) -> SFT -> VEPO RL
--> held-out evaluation on FLORES devtest -> reports/toy/{summary.json,results.md,rl_curves.png,
-seed*_constraints_{sft,rl}.md}. Configs: recipes/toy/configs/*.yaml (the stages are the 7B
-recipe's entry scripts). Rerunning continues an interrupted run (finished stages are skipped).
---set STAGE.FIELD=VALUE passes a dotted override to one stage (--set rl.rl.kl.estimator=k3), or
-to every training stage with STAGE "all" (--set all.model.num_layers=2).
+Parallel text from Debian packages (apt-get; --no-bitext: FLORES dev only) -> expanded, trimmed
+tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> held-out evaluation (FLORES devtest and the
+in-domain pairs) -> reports/toy. A rerun continues (finished stages are skipped). --set
+STAGE.FIELD=VALUE overrides one stage's field (--set rl.rl.kl.estimator=k3; STAGE "all": every one).
 """
 
 from __future__ import annotations
@@ -34,18 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     add("--seeds", type=int, nargs="+", default=[0])
     add("--directions", default="en-th,en-vi,en-id,th-en,vi-en,id-en")
     add("--no-bitext", action="store_true", help="FLORES dev only: no parallel text from packages")
-    add("--bitext-cache", default=str(Path.home() / ".cache" / "vepo_mcore" / "debs"),
-        help="folder of the fetched .deb files (reused; copy it to a machine without apt-get)")  # fmt: skip
+    add("--bitext-cache", default="~/.cache/vepo_mcore/debs", help="the fetched .deb files (reused)")
     add("--iters", nargs="*", action="extend", default=[], metavar="STAGE=N", help="train_iters per stage")
-    add("--set", nargs="*", action="extend", default=[], metavar="STAGE.FIELD=VALUE",
-        help="per-stage overrides")  # fmt: skip
-    add(
-        "--vocab-min-count",
-        type=int,
-        default=10,
-        metavar="K",
-        help="the toy vocabularies keep ids used >= K times in their data (1: every id)",
-    )
+    add("--set", nargs="*", action="extend", default=[], metavar="STAGE.FIELD=VALUE", help="stage overrides")
+    add("--vocab-min-count", type=int, default=10, metavar="K",
+        help="the toy vocabularies keep ids used >= K times in their data (1: every id)")  # fmt: skip
     add("--eval-sentences", type=int, default=100,
         help="devtest sentences per direction (the report compares on the first 50)")  # fmt: skip
     add("--max-new-tokens", type=int, default=96, help="evaluation length cap")
@@ -68,21 +58,18 @@ def main(argv: list[str] | None = None) -> int:
     iters, overrides = stage_flags(args.iters, args.set)
     plan = ToyPlan(out=Path(args.out), seeds=args.seeds, directions=args.directions, nproc=args.nproc,
                    threads=args.threads, iters=iters, overrides=overrides, eval_sentences=args.eval_sentences,
-                   max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout,
-                   sft_window=args.sft_window,
+                   max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout, sft_window=args.sft_window,
                    rl_validation=args.rl_validation, rl_eval_interval=args.rl_eval_interval,
-                   bitext=not args.no_bitext, bitext_cache=Path(args.bitext_cache),
+                   bitext=not args.no_bitext, bitext_cache=Path(args.bitext_cache).expanduser(),
                    vocab_min_count=args.vocab_min_count)  # fmt: skip
     seed_dirs = run_toy(plan)
-    if args.no_report:
-        return 0
-    from recipes.toy.report import write_report
+    if not args.no_report:
+        from recipes.toy.report import write_report
 
-    summary = write_report(seed_dirs, plan.out / "shared", args.report_dir)
-    print(
-        json.dumps({k: summary[k] for k in ("seeds", "wall_s_one_seed", "sft", "rl", "delta_ci95")}, indent=1)
-    )
-    print(f"report: {args.report_dir}/results.md, {args.report_dir}/rl_curves.png")
+        summary = write_report(seed_dirs, plan.out / "shared", args.report_dir)
+        keys = ("seeds", "wall_s_one_seed", "sft", "rl", "delta_ci95")
+        print(json.dumps({k: summary[k] for k in keys}, indent=1))
+        print(f"report: {args.report_dir}/results.md, {args.report_dir}/rl_curves.png")
     return 0
 
 
