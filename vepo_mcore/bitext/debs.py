@@ -57,6 +57,8 @@ def fetch_debs(packages: list[str], cache: Path) -> dict[str, Deb]:
         failed = [p for p in missing if _cached(p, cache) is None]
         if result.returncode or failed:
             reason = " ".join(line for line in result.stderr.splitlines() if line.startswith("E:"))
+            if "Unable to locate" in reason or "no candidate" in reason:
+                reason += " (is the package index current? `apt-get update`)"
             raise ValueError(
                 f"apt-get download of {len(missing)} package(s) into {cache} failed (exit {result.returncode}):"
                 f" {reason or result.stderr.strip()[-300:] or 'not fetched: ' + ', '.join(failed)}"
