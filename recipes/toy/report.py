@@ -1,4 +1,4 @@
-"""The toy recipe's results: summary.json (the names issue 17 fixes), results.md, curves.
+"""The toy recipe's results: summary.json (stable key names), results.md, data.json, curves.
 
     summary = write_report(seed_dirs, shared_dir, "reports/toy")
 
@@ -7,7 +7,7 @@ paired-bootstrap interval of each RL - SFT difference; the constraint table of e
 tools/verify_constraints.py; the RL curves (reward, entropy, length, pass rate) of every seed.
 summary.json holds the means over seeds and, per metric, the worst interval over seeds (the one
 with the lowest lower end); `per_seed` keeps each seed's numbers. The headline numbers use the first
-COMPARE_SENTENCES devtest sentences of each direction (the issue's anchor was measured on those);
+COMPARE_SENTENCES devtest sentences of each direction (the headline comparison set);
 when the evaluation covered more, `all_sentences` holds the same summary over all of them (tighter
 intervals, same policies).
 """
@@ -24,7 +24,7 @@ from vepo_mcore.eval.heldout import LABELS, METRICS, paired_deltas, read_records
 from vepo_mcore.rewards.constraints import PAPER_VEPO_7B
 
 COMPARE_SENTENCES = 50
-"""Devtest sentences per direction behind the headline numbers: the anchor's comparison set."""
+"""Devtest sentences per direction behind the headline numbers."""
 CURVES = (
     ("reward/total", "reward (raw weighted total, all candidates)"),
     ("reward/mt", "R_mt: chrF++ / 100"),
