@@ -96,6 +96,21 @@ def test_other_losses_run_through_the_trainer(tmp_path, loss):
         assert 0.0 < hist[0]["rl/dynamic_sampling_kept"] <= 1.0
 
 
+def test_the_toy_grids_settings_act_and_the_tau1_ratio_keeps_the_tempered_entropy(tmp_path):
+    """K > G: RLVR filtering removes candidates; two updates per rollout batch: the second one's ratio
+    leaves 1. The tau-1 ratio ablation samples the same rollout and reads the same tempered entropy."""
+    grid = ["--rl.mini_batches", "2", "--rl.rollout.sampling.temperature", "0.4"]
+    full, tau1 = _run([_cfg(tmp_path / "full", 1, *grid),
+                       _cfg(tmp_path / "tau1", 1, *grid, "--rl.loss.ratio_mode", "untempered")], tmp_path)  # fmt: skip
+    for hist in (full, tau1):
+        assert hist[0]["filter/filtered_share"] == pytest.approx(1 / 3)  # K = 3 -> G = 2
+        assert -1.0 <= hist[0]["rollout/entropy_len_corr"] <= 1.0
+        assert hist[0]["rl/ratio_max"] > 1.0 or hist[0]["rl/ratio_min"] < 1.0
+    assert full[0]["rollout/len_mean"] == tau1[0]["rollout/len_mean"]
+    assert full[0]["rollout/entropy"] == pytest.approx(tau1[0]["rollout/entropy"], abs=1e-6)
+    assert full[0]["rl/ratio_max"] != tau1[0]["rl/ratio_max"]
+
+
 def test_dynamic_sampling_with_only_constant_groups_trains_on(tmp_path):
     # No reward term active: every group of every round has one reward. The step must run on (zero
     # advantages) instead of ending the run, as it would without dynamic sampling.

@@ -34,6 +34,8 @@ def test_filter_candidates_metrics():
     assert metrics["filter/compliance_rate"] == pytest.approx(5 / 8)
     assert metrics["filter/fill_rate"] == pytest.approx(1 / 4)
     assert metrics["filter/groups_filled"] == 1.0 and metrics["filter/kept"] == 4.0
+    # K = 4 -> G = 2 removes half; of the removed, g1-0 and g1-2 broke a constraint
+    assert metrics["filter/filtered_share"] == 0.5 and metrics["filter/noncompliant_removed"] == 2 / 8
 
 
 def test_disabled_keeps_the_first_g():
@@ -41,6 +43,7 @@ def test_disabled_keeps_the_first_g():
     kept, metrics = filter_candidates(samples, group_size=2, enabled=False)
     assert [s.response for s in kept] == ["g0-0", "g0-1"]
     assert metrics["filter/compliance_rate"] == pytest.approx(2 / 3) and metrics["filter/fill_rate"] == 0.0
+    assert metrics["filter/filtered_share"] == metrics["filter/noncompliant_removed"] == 0.0
 
 
 def test_too_few_candidates_is_an_error():

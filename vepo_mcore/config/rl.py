@@ -16,8 +16,11 @@ class LossConfig:
 
     name: str = "vepo"
     """Registered loss name."""
-    ratio_mode: Literal["tempered", "scaled"] = "tempered"
-    """'tempered' r = exp(logp_tau - old_logp_tau); 'scaled' = exp((logp - old_logp) / tau) (appendix)."""
+    ratio_mode: Literal["tempered", "scaled", "untempered"] = "tempered"
+    """'tempered' r = exp(logp_tau - old_logp_tau); 'scaled' = exp((logp - old_logp) / tau) (appendix);
+    'untempered' = exp(logp - old_logp) at tau 1 although the samples come from pi^tau (what a trainer
+    without temperature consistency computes; the ablation of VEPO's temperature-consistent ratio).
+    The entropy (shaping and bonus) is the sampling policy's, at tau, in every mode."""
     eps_low: float = 0.20
     """Lower clip range: r >= 1 - eps_low."""
     eps_high: float = 0.28

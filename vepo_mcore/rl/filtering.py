@@ -8,6 +8,9 @@ non-compliant candidates and the fill is logged. Metrics (namespaced for the log
     filter/compliance_rate   compliant candidates / all candidates
     filter/fill_rate         non-compliant samples kept / samples kept
     filter/groups_filled     groups that needed at least one non-compliant sample
+    filter/filtered_share    candidates the filter removed / all candidates ((K - G) / K when it is
+                             on; 0 when off, where the first G are kept unread, or when K = G)
+    filter/noncompliant_removed  non-compliant candidates the filter removed / all candidates
 """
 
 from __future__ import annotations
@@ -67,8 +70,15 @@ def filter_candidates(
         "filter/groups_filled": float(groups_filled),
         "filter/candidates": float(n),
         "filter/kept": float(len(kept)),
+        "filter/filtered_share": (n - len(kept)) / n if n and enabled else 0.0,
+        "filter/noncompliant_removed": _removed_noncompliant(samples, kept) / n if n and enabled else 0.0,
     }
     return kept, metrics
+
+
+def _removed_noncompliant(samples: list[Sample], kept: list[Sample]) -> int:
+    kept_ids = {id(s) for s in kept}
+    return sum(not s.compliant and id(s) not in kept_ids for s in samples)
 
 
 def dynamic_sampling(samples: list[Sample], tol: float = 1e-8) -> tuple[list[Sample], dict[str, float]]:

@@ -236,8 +236,8 @@ def policy_logprobs_and_entropy(
     (rl.rollout.sampling.temperature).
 
     ratio_mode 'tempered' (SPEC default): both under softmax(z / tau). 'scaled' (the appendix
-    variant, r = exp((logp - old) / tau)): untempered log-probs, but the entropy stays the sampling
-    policy's, at tau (the VEPO shaping and bonus are about the distribution the samples come from).
+    variant, r = exp((logp - old) / tau)) and 'untempered' (r = exp(logp - old) at tau 1, the
+    ablation): untempered log-probs, but the entropy stays the sampling policy's, at tau (the VEPO shaping and bonus are about the distribution the samples come from).
     logits: [N, V_shard] / [B, T, V_shard] logits (shapes as logprobs_and_entropy), or the model's
     DeferredOutputLayer (hidden states [N, h] + output weight; targets [N]): then the output layer
     runs chunk by chunk inside this call and [N, V] never exists.

@@ -400,6 +400,7 @@ def _experience_metrics(samples: list[Sample], exp: xp.Experience) -> dict[str, 
         "rollout/kept_reward_normalised_mean": exp.rewards.mean().item(),
         "rollout/groups_with_spread": groups_with_spread(samples),
         "rollout/entropy": exp.rollout_entropy[mask].mean().item() if mask.any() else 0.0,
+        "rollout/entropy_len_corr": entropy_length_correlation(exp.rollout_entropy, mask),
         "rl/adv_mean": exp.advantages[mask].mean().item() if mask.any() else 0.0,
         "rl/adv_std": exp.advantages[mask].std().item() if mask.sum() > 1 else 0.0,
         "rollout/tokens": float(mask.sum().item() + sum(len(s.prompt_ids) for s in samples)),
@@ -434,6 +435,22 @@ def groups_with_spread(samples: list[Sample]) -> float:
     for s in samples:
         groups.setdefault(s.group_id, []).append(s.reward)
     return _mean([float(max(r) - min(r) > 1e-9) for r in groups.values()])
+
+
+def entropy_length_correlation(entropy: torch.Tensor, mask: torch.Tensor) -> float:
+    """Pearson correlation over the batch's responses of length and mean token entropy (the
+    appendix's entropy-length observation); entropy, mask [B, S]. 0 when either does not vary."""
+    m = mask.to(torch.float64)
+    lengths = m.sum(1)
+    keep = lengths > 0
+    lengths = lengths[keep]
+    values = torch.where(mask.bool(), entropy.detach().to(torch.float64), torch.zeros_like(m))
+    mean_entropy = values.sum(1)[keep] / lengths
+    if lengths.numel() < 2:
+        return 0.0
+    x, y = lengths - lengths.mean(), mean_entropy - mean_entropy.mean()
+    scale = (x.square().sum() * y.square().sum()).sqrt()
+    return float((x * y).sum() / scale) if scale > 0 else 0.0
 
 
 def logprob_mismatch(

@@ -17,14 +17,16 @@ AGGREGATIONS = ("tokens", "global_tokens", "seq_mean")
 
 
 def policy_ratio(batch: RLBatch, cfg: LossConfig) -> torch.Tensor:
-    """r = exp(logp - old_logp) ('tempered', both tempered log-probs) or exp((logp - old) / tau) ('scaled',
-    tau = batch.temperature)."""
+    """r = exp(logp - old_logp) ('tempered', both tempered log-probs; 'untempered', both at tau 1) or
+    exp((logp - old) / tau) ('scaled', tau = batch.temperature)."""
     diff = torch.where(batch.mask.bool(), batch.logp - batch.old_logp.detach(), torch.zeros_like(batch.logp))
-    if cfg.ratio_mode == "tempered":
+    if cfg.ratio_mode in ("tempered", "untempered"):
         return torch.exp(diff)
     if cfg.ratio_mode == "scaled":
         return torch.exp(diff / batch.temperature)
-    raise ValueError(f"unknown rl.loss.ratio_mode {cfg.ratio_mode!r}; known: ['tempered', 'scaled']")
+    raise ValueError(
+        f"unknown rl.loss.ratio_mode {cfg.ratio_mode!r}; known: ['tempered', 'scaled', 'untempered']"
+    )
 
 
 def clipped_surrogate(
