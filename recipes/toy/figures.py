@@ -1,7 +1,8 @@
 """The paper's RL figures from the grid's histories: entropy and length per step, one panel per KL
 regime, in the paper's colours (brown VEPO, purple PPO, green GRPO, orange RLOO, red DAPO, blue
 REINFORCE++) and line styles (solid none, dashed k2, dotted k3); the overlong study; the
-next-token distribution at one decision point.
+next-token distribution at one decision point; VEPO's ablations (entropy, within-group diversity
+and held-out chrF++ per removed part).
 
 Curves are EMA-smoothed with the raw values faint; where a cell has several seeds the line is the
 seed mean and the band spans the seeds' smoothed minimum to maximum.
@@ -98,6 +99,42 @@ def plot_overlong(arms: dict[str, list[dict]], path: str | Path) -> Path:
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
+    return _save(fig, path)
+
+
+ABLATION_COLORS = ("#7f7f7f", "#17becf", "#bcbd22", "#e377c2", "#9467bd", "#2ca02c", "#1f77b4")
+
+
+def plot_ablations(histories: dict[str, list[list[dict]]], heldout: dict[str, list[float]],
+                   path: str | Path) -> Path:  # fmt: skip
+    """VEPO and VEPO with one part removed. histories: variant ("full" first) -> its seeds' per-step
+    rows; heldout: variant -> its seeds' devtest chrF++ at the validation-chosen checkpoint.
+    Panels: sampled entropy, within-group chrF++ of the candidates (higher = more alike) per step
+    (seed mean, seed band), and the held-out chrF++ per variant (bar = seed mean, dots = seeds)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(16, 3.8), squeeze=False)
+    variants = list(dict.fromkeys([*histories, *heldout]))
+    colors = {v: (COLORS["vepo"] if v == "full" else ABLATION_COLORS[i % len(ABLATION_COLORS)])
+              for i, v in enumerate(variants)}  # fmt: skip
+    for ax, (key, title) in zip(axes[0][:2], (("rollout/entropy", "token entropy of the samples (nats)"),
+                                              ("rollout/group_chrf", "within-group chrF++ of the candidates"))):  # fmt: skip
+        for variant, seeds in histories.items():
+            label = "VEPO" if variant == "full" else f"- {variant}"
+            _draw_cell(ax, seeds, key, colors[variant], "-" if variant == "full" else "--", label)
+        ax.set_title(title)
+        ax.set_xlabel("RL step")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    ax = axes[0][2]
+    names = [v for v in variants if heldout.get(v)]
+    for i, variant in enumerate(names):
+        scores = heldout[variant]
+        ax.bar(i, sum(scores) / len(scores), color=colors[variant], alpha=0.6)
+        ax.scatter([i] * len(scores), scores, color="black", s=10, zorder=3)
+    ax.set_xticks(range(len(names)), ["VEPO" if v == "full" else f"- {v}" for v in names], rotation=30,
+                  ha="right", fontsize=7)  # fmt: skip
+    ax.set_title("held-out chrF++ (devtest, validation-chosen step)")
+    ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
 
 

@@ -1,33 +1,75 @@
-"""The paper's RL grid at toy scale: 6 algorithms x KL {none, k2, k3} from the toy's SFT checkpoint,
-seeds for the cells the claims compare, and DAPO's overlong study.
+"""The paper's RL grid at toy scale: 6 algorithms x KL {none, k3} from the toy's SFT checkpoint,
+seeds for the cells the claims compare, DAPO's overlong study, and VEPO with one part removed at a
+time (the ablations), each on every seed.
 
     runs = plan_grid(seeds=[0, 1, 2])
-    run_grid(runs, GridSetup.from_toy("runs/toy/seed0"), "reports/toy/grid_runs", steps=40, workers=2)
-    records = grid_records(read_histories(runs, "reports/toy/grid_runs"))   # -> reports/toy/grid.json
+    run_grid(runs, GridSetup.from_toy("runs/toy/seed0"), "reports/toy/grid_runs", steps=200, workers=2)
+    records = grid_records(read_histories(runs, "reports/toy/grid_runs"),
+                           read_heldout(runs, "reports/toy/grid_runs"))     # -> reports/toy/grid.json
 
 Every run is tools/train_vepo.py with recipes/toy/configs/rl.yaml and the same overrides except
 what defines its algorithm (rl.loss.name; DAPO also turns on dynamic sampling, and its overlong
-twin the soft overlong penalty) and its KL estimator. The reference pass runs every step, so
-rl/kl_k1..k3 are measured in every run, KL optimised or not. Runs write OUT/<name>/metrics.jsonl
-and keep no checkpoint, except VEPO without KL (OUT/<name>/checkpoint, for the decision-point
-figure). A run whose metrics hold every step is skipped, so rerunning continues the grid.
+twin the soft overlong penalty), its KL estimator, and for an ablation the one field that removes
+its part (ABLATIONS). The settings are those under which the paper's mechanisms act: several
+optimizer updates per rollout batch (ratios leave 1, the clips act), K > G candidates (RLVR
+filtering removes some), the recipe's sampling temperature and learning rate. The reference pass
+runs every step, so rl/kl_k1..k3 are measured in every run, KL optimised or not.
+
+With validation sentences (the toy's rl.eval_sentences), every run is validated and checkpointed
+every eval_interval steps; when it ends, the checkpoint with the best validation score (the toy
+recipe's SELECTION) is evaluated greedily on FLORES devtest (OUT/<name>/heldout.jsonl, the step
+in selected.json) and the checkpoints are deleted, except VEPO without KL's on the first seed
+(the decision-point study reads it). Runs write OUT/<name>/metrics.jsonl; a run whose metrics
+hold every step (and whose held-out records exist, with validation) is skipped, so rerunning
+continues the grid.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
-from recipes.toy.recipe import CONFIGS, run_logged, torchrun
+from recipes.toy.recipe import CONFIGS, SELECTION, TOOLS, run_logged, torchrun
+from vepo_mcore.config.rl import LossConfig
 from vepo_mcore.training.logging import read_metrics
 
 ALGORITHMS = ("vepo", "ppo", "grpo", "dapo", "rloo", "reinforce_pp")
-KL_REGIMES = ("none", "k2", "k3")
+KL_REGIMES = ("none", "k3")
+"""KL regimes planned by default; "k2" can be added (every run measures k1, k2 and k3 either way)."""
 SEEDED = ("vepo", "grpo")
 """The algorithms run on every seed (the claims compare them); the others run on the first."""
+FULL = "full"
+ABLATIONS: dict[str, tuple[str, str]] = {
+    "no_entropy_shaping": ("rl.loss.alpha", "0"),
+    "no_entropy_bonus": ("rl.loss.beta", "0"),
+    "tau1_ratio": ("rl.loss.ratio_mode", "untempered"),
+    "symmetric_clip": ("rl.loss.eps_high", str(LossConfig().eps_low)),
+    "group_std": ("rl.loss.std_scope", "group"),
+    "seq_mean": ("rl.loss.loss_agg", "seq_mean"),
+}
+"""VEPO with one part removed -> the one field (and value) that removes it: alpha = 0 (no entropy
+shaping of the advantage), beta = 0 (no entropy bonus), ratios of the tau-1 policies instead of the
+tempered ones, eps_high = eps_low, the reward std of each prompt's group instead of the rollout
+batch's, the mean of per-response token means instead of the token mean."""
+ABLATION_KL = "none"
+"""The KL regime of the ablations (and of the full VEPO runs they are compared with)."""
+
+
+@cache
+def recipe_rl(*keys: str):
+    """A value of the toy recipe's RL config (configs/rl.yaml), e.g. recipe_rl("training", "seed")."""
+    import yaml
+
+    value = yaml.safe_load((CONFIGS / "rl.yaml").read_text())
+    for key in keys:
+        value = value[key]
+    return value
 
 
 @dataclass(frozen=True)
@@ -39,14 +81,24 @@ class GridRun:
     seed: int
     overlong: bool = False
     """DAPO with the soft overlong penalty (the overlong study's second arm)."""
+    variant: str = FULL
+    """The VEPO part this run removes (a key of ABLATIONS), or "full"."""
+
+    def __post_init__(self) -> None:
+        if self.variant != FULL and (self.variant not in ABLATIONS or self.algorithm != "vepo"):
+            raise ValueError(
+                f"grid run variant {self.variant!r} of {self.algorithm!r}: variants are ablations of VEPO, "
+                f"one of {sorted(ABLATIONS)} (or {FULL!r})"
+            )
 
     @property
     def name(self) -> str:
-        return f"{self.algorithm}{'-overlong' if self.overlong else ''}_kl-{self.kl}_s{self.seed}"
+        suffix = ("-overlong" if self.overlong else "") + ("" if self.variant == FULL else f"-{self.variant}")
+        return f"{self.algorithm}{suffix}_kl-{self.kl}_s{self.seed}"
 
     @property
     def keeps_checkpoint(self) -> bool:
-        return self.algorithm == "vepo" and self.kl == "none" and not self.overlong
+        return self.algorithm == "vepo" and self.kl == "none" and not self.overlong and self.variant == FULL
 
 
 @dataclass(frozen=True)
@@ -58,22 +110,44 @@ class GridSetup:
     vocab_size: int
     directions: str = "en-th,en-vi,th-en,vi-en"
     prompt_sentences: str = ":"
-    temperature: float = 1.0
-    """The paper's tau (SPEC default): the grid studies sampling dynamics, not greedy scores."""
+    eval_sentences: str = ""
+    """Validation sentences (rl.eval_sentences, the toy's: the RL prompts' held-out tail); "" = no
+    validation, no checkpoint choice and no held-out evaluation."""
+    temperature: float = field(default_factory=lambda: recipe_rl("rl", "rollout", "sampling", "temperature"))
+    """The recipe's tau for sampling, old log-probs and loss: where its entropy falls (0.4)."""
     kl_coef: float = 0.05
-    lr: float = 2e-4
-    """Constant learning rate: twice the toy's RL rate, so 40 steps move the policy as far as ~80."""
-    mini_batches: int = 2
-    """Updates per rollout batch (the 7B recipe: 4). With one, every update is on-policy, the ratio is
-    1 and no clip (PPO's, DAPO's and VEPO's clip-higher) ever acts."""
+    """KL coefficient of the runs that optimise one (k1/k2/k3)."""
+    lr: float = field(default_factory=lambda: recipe_rl("training", "optimizer", "lr"))
+    """Constant learning rate: the recipe's."""
+    mini_batches: int = 4
+    """Optimizer updates per rollout batch and epoch (the 7B recipe: 4). With one, every update is
+    on-policy, the ratio is 1 and no clip (PPO's, DAPO's and VEPO's clip-higher) ever acts."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    micro_batch_size: int = 8
+    """Responses per micro-batch: a mini-batch (prompts_per_step * group_size / mini_batches) must
+    split into whole ones."""
+    num_candidates: int = 8
+    """K candidates sampled per prompt, of which RLVR filtering keeps group_size (the 7B recipe: 8)."""
+    group_size: int = 4
+    """G responses per prompt trained on."""
+    eval_interval: int = 40
+    """RL steps between validations (and the checkpoints they choose from)."""
+    heldout_sentences: int = 150
+    """FLORES devtest sentences per direction of the held-out evaluation (the toy recipe's)."""
+    max_new_tokens: int = field(
+        default_factory=lambda: recipe_rl("rl", "rollout", "sampling", "max_new_tokens")
+    )
+    """Response length cap of the rollouts and the held-out evaluation: the recipe's."""
     overlong_buffer: int = 16
+    """DAPO's soft overlong buffer in the overlong arm (tokens before the cap where the penalty grows)."""
     extra: tuple[str, ...] = ()
     """Dotted overrides every run takes last (--rl.prompts_per_step 4)."""
 
     @classmethod
     def from_toy(cls, seed_dir: str | Path, **settings) -> GridSetup:
         """The setup of one toy seed (tools/run_toy.py): its SFT checkpoint, the tokenizer that
-        checkpoint was trained with, and its RL stage's prompts (toy_rl_prompts)."""
+        checkpoint was trained with, and its RL stage's prompts and validation (toy_rl_prompts)."""
         from vepo_mcore.training.checkpointing import checkpoint_config
 
         seed_dir = Path(seed_dir)
@@ -87,6 +161,10 @@ class GridSetup:
         return cls(sft=seed_dir / "sft", tokenizer=Path(sft_cfg.tokenizer.path),
                    vocab_size=sft_cfg.model.vocab_size, **{**toy_rl_prompts(seed_dir), **settings})  # fmt: skip
 
+    @property
+    def validates(self) -> bool:
+        return bool(self.eval_sentences)
+
     def overrides(self, run: GridRun, steps: int, out: Path) -> list[str]:
         flags = [
             "--config", str(CONFIGS / "rl.yaml"), "--tokenizer.path", str(self.tokenizer),
@@ -96,65 +174,124 @@ class GridSetup:
             "--rl.directions", self.directions, "--rl.prompt_sentences", self.prompt_sentences,
             "--rl.loss.name", run.algorithm, "--rl.kl.estimator", run.kl, "--rl.kl.coef", str(self.kl_coef),
             "--rl.kl.measure_interval", "1", "--rl.mini_batches", str(self.mini_batches),
+            "--rl.ppo_epochs", str(self.ppo_epochs), "--training.micro_batch_size", str(self.micro_batch_size),
+            "--rl.filtering.num_candidates", str(self.num_candidates),
+            "--rl.filtering.group_size", str(self.group_size),
             "--training.optimizer.lr", str(self.lr), "--training.optimizer.min_lr", str(self.lr),
             "--rl.rollout.sampling.temperature", str(self.temperature),
+            "--rl.rollout.sampling.max_new_tokens", str(self.max_new_tokens),
         ]  # fmt: skip
         if run.algorithm == "dapo":
             flags += ["--rl.filtering.dynamic_sampling", "true"]
         if run.overlong:
             flags += ["--rl.loss.overlong_buffer", str(self.overlong_buffer)]
-        if run.keeps_checkpoint:
+        if run.variant != FULL:
+            field_name, value = ABLATIONS[run.variant]
+            flags += [f"--{field_name}", value]
+        if self.validates:
+            every = str(self.eval_interval)
+            flags += ["--rl.eval_sentences", self.eval_sentences, "--training.eval_interval", every,
+                      "--training.checkpoint.save_interval", every, "--training.checkpoint.keep_last", "0"]  # fmt: skip
+        if self.validates or run.keeps_checkpoint:
             flags += ["--training.checkpoint.save", str(out / run.name / "checkpoint")]
         return [*flags, *self.extra]
 
+    def heldout_command(self, checkpoint: Path, records: Path) -> list[str]:
+        """tools/eval_heldout.py on FLORES devtest, as the toy recipe evaluates its RL policy."""
+        return [sys.executable, str(TOOLS / "eval_heldout.py"), "--checkpoint", str(checkpoint),
+                "--directions", self.directions, "--max-sentences", str(self.heldout_sentences),
+                "--max-new-tokens", str(self.max_new_tokens), "--out", str(records)]  # fmt: skip
+
 
 def toy_rl_prompts(seed_dir: Path) -> dict[str, str]:
-    """The directions and prompt sentences of a toy seed's RL stage: those run_toy planned
-    (rl_prompts.json), or else those its RL run used; {} when neither is there."""
+    """The directions, prompt sentences and validation sentences of a toy seed's RL stage: those
+    run_toy planned (rl_prompts.json; the recipe validates on the dev sentences after the prompts'
+    range, so a range with an end gives the validation "END:"), or else those its RL run used; {}
+    when neither is there."""
     from vepo_mcore.training.checkpointing import checkpoint_config
 
     if (seed_dir / "rl_prompts.json").is_file():
-        return json.loads((seed_dir / "rl_prompts.json").read_text())
+        planned = json.loads((seed_dir / "rl_prompts.json").read_text())
+        stop = planned["prompt_sentences"].partition(":")[2]
+        return {**planned, "eval_sentences": f"{stop}:" if stop else ""}
     if (seed_dir / "rl" / "config.yaml").is_file():
         rl = checkpoint_config(seed_dir / "rl")[0].rl
-        return {"directions": rl.directions, "prompt_sentences": rl.prompt_sentences}
+        return {"directions": rl.directions, "prompt_sentences": rl.prompt_sentences,
+                "eval_sentences": rl.eval_sentences}  # fmt: skip
     return {}
 
 
 def plan_grid(
-    algorithms=ALGORITHMS, kls=KL_REGIMES, seeds=(0, 1, 2), seeded=SEEDED, overlong: bool = True
-) -> list[GridRun]:
-    """Every algorithm x KL cell on the first seed, the `seeded` algorithms' cells on every seed,
-    and (with DAPO and KL none in the grid) DAPO with the overlong penalty; first seeds first."""
-    runs = [
-        GridRun(a, kl, s) for s in seeds for a in algorithms for kl in kls if s == seeds[0] or a in seeded
-    ]
-    if overlong and "dapo" in algorithms and "none" in kls:
-        runs.insert(len(algorithms) * len(kls), GridRun("dapo", "none", seeds[0], overlong=True))
+    algorithms=ALGORITHMS, kls=KL_REGIMES, seeds=(0, 1, 2), seeded=SEEDED, overlong: bool = True,
+    ablations=tuple(ABLATIONS),
+) -> list[GridRun]:  # fmt: skip
+    """Per seed, first seeds first: every algorithm x KL cell on the first seed and the `seeded`
+    algorithms' cells on every seed; after the first seed's cells DAPO with the overlong penalty
+    (with DAPO and KL none in the grid); then that seed's VEPO ablations at ABLATION_KL."""
+    runs = []
+    for seed in seeds:
+        runs += [GridRun(a, kl, seed) for a in algorithms for kl in kls if seed == seeds[0] or a in seeded]
+        if seed == seeds[0] and overlong and "dapo" in algorithms and "none" in kls:
+            runs.append(GridRun("dapo", "none", seed, overlong=True))
+        runs += [GridRun("vepo", ABLATION_KL, seed, variant=v) for v in ablations]
     return runs
 
 
-def is_complete(out: Path, run: GridRun, steps: int) -> bool:
+def is_complete(out: Path, run: GridRun, steps: int, heldout: bool = False) -> bool:
+    """Whether the run's metrics hold every step (and, with `heldout`, its held-out records exist)."""
     history = read_metrics(out / run.name / "metrics.jsonl")
-    return len(history) >= steps and history[-1]["step"] >= steps
+    done = len(history) >= steps and history[-1]["step"] >= steps
+    return done and (not heldout or (out / run.name / "heldout.jsonl").is_file())
+
+
+def select_checkpoint(run_dir: Path) -> Path:
+    """The run's checkpoint with the best validation score (the toy recipe's SELECTION summed over
+    the valid/* row of its step; the earliest of equals), recorded in run_dir/selected.json."""
+    from vepo_mcore.training.checkpointing import iteration_dir
+
+    rows = [row for row in read_metrics(run_dir / "metrics.jsonl")
+            if all(f"valid/{k}" in row for k in SELECTION) and iteration_dir(run_dir / "checkpoint", row["step"]).is_dir()]  # fmt: skip
+    if not rows:
+        raise FileNotFoundError(f"{run_dir}: no checkpoint with a validation row (rl.eval_sentences unset?)")
+
+    def score(row: dict) -> float:
+        return sum(row[f"valid/{k}"] for k in SELECTION)
+
+    best = max(rows, key=lambda r: (score(r), -r["step"]))
+    choice = {
+        "step": best["step"],
+        "score": score(best),
+        "criterion": " + ".join(f"valid/{k}" for k in SELECTION),
+    }
+    (run_dir / "selected.json").write_text(json.dumps(choice, indent=1) + "\n")
+    return iteration_dir(run_dir / "checkpoint", best["step"])
 
 
 def run_grid(runs: list[GridRun], setup: GridSetup, out: str | Path, steps: int, workers: int = 2,
              threads: int = 1, log=print) -> float:  # fmt: skip
-    """Run every incomplete run (`workers` at a time, `threads` each); returns the wall seconds."""
+    """Run every incomplete run (`workers` at a time, `threads` each), then its held-out evaluation
+    at the validation-chosen checkpoint; returns the wall seconds."""
     out = Path(out)
-    todo = [run for run in runs if not is_complete(out, run, steps)]
+    todo = [run for run in runs if not is_complete(out, run, steps, setup.validates)]
     log(
         f"grid: {len(runs)} runs x {steps} steps, {len(runs) - len(todo)} done before, {workers} at a time -> {out}"
     )
     start = time.time()
 
     def one(run: GridRun) -> None:
-        (out / run.name / "metrics.jsonl").unlink(missing_ok=True)  # a partial run starts over
-        t0 = time.time()
-        run_logged([*torchrun("train_vepo.py"), *setup.overrides(run, steps, out)], out / run.name / "train.log",
-                   threads)  # fmt: skip
-        done = sum(is_complete(out, r, steps) for r in runs)
+        run_dir, t0 = out / run.name, time.time()
+        checkpoints = run_dir / "checkpoint"
+        if not is_complete(out, run, steps) or (setup.validates and not checkpoints.is_dir()):
+            (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a partial run starts over
+            shutil.rmtree(checkpoints, ignore_errors=True)  # (the trainer would resume from it)
+            run_logged([*torchrun("train_vepo.py"), *setup.overrides(run, steps, out)], run_dir / "train.log",
+                       threads)  # fmt: skip
+        if setup.validates:
+            run_logged(setup.heldout_command(select_checkpoint(run_dir), run_dir / "heldout.jsonl"),
+                       run_dir / "heldout.log", threads)  # fmt: skip
+            if not run.keeps_checkpoint:
+                shutil.rmtree(checkpoints)
+        done = sum(is_complete(out, r, steps, setup.validates) for r in runs)
         eta = (time.time() - start) / max(done - (len(runs) - len(todo)), 1) * (len(runs) - done)
         log(f"grid: {run.name} {time.time() - t0:.0f} s | {done}/{len(runs)} done | eta {eta / 60:.0f} min")
 
@@ -178,26 +315,76 @@ def _window(history: list[dict], key: str, last: bool, frac: float = 0.1) -> flo
     return sum(part) / len(part)
 
 
+def _over_steps(history: list[dict], key: str, reduce) -> float | None:
+    values = [row[key] for row in history if key in row]
+    return reduce(values) if values else None
+
+
+def half_entropy_step(history: list[dict], window: int = 5) -> int | None:
+    """The first step whose mean sampled entropy over the last `window` steps is below half the run's
+    first 10% window (entropy_first): where the run collapses by the claims' rule; None if it never does."""
+    start = _window(history, "rollout/entropy", False)
+    rows = [row for row in history if "rollout/entropy" in row]
+    for i in range(window - 1, len(rows)):
+        if sum(row["rollout/entropy"] for row in rows[i - window + 1 : i + 1]) / window < 0.5 * start:
+            return rows[i]["step"]
+    return None
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 def read_histories(runs: list[GridRun], out: str | Path) -> dict[GridRun, list[dict]]:
     """Each run's per-step rows, for the runs that logged any."""
     histories = {run: read_metrics(Path(out) / run.name / "metrics.jsonl") for run in runs}
     return {run: rows for run, rows in histories.items() if rows}
 
 
-def grid_records(histories: dict[GridRun, list[dict]]) -> list[dict]:
+def read_heldout(runs: list[GridRun], out: str | Path) -> dict[GridRun, dict]:
+    """Each evaluated run's held-out summary (eval.heldout.summarize of heldout.jsonl) with the
+    validation-chosen step it was taken at ("step")."""
+    from vepo_mcore.eval.heldout import read_records, summarize
+
+    summaries = {}
+    for run in runs:
+        run_dir = Path(out) / run.name
+        if (run_dir / "heldout.jsonl").is_file():
+            selected = run_dir / "selected.json"
+            step = json.loads(selected.read_text())["step"] if selected.is_file() else None
+            summaries[run] = {**summarize(read_records(run_dir / "heldout.jsonl")), "step": step}
+    return summaries
+
+
+def grid_records(
+    histories: dict[GridRun, list[dict]], heldout: dict[GridRun, dict] | None = None
+) -> list[dict]:
     """One record per run (reports/toy/grid.json): the first and last values are means over the
-    first and last 10% of steps (at least 3), so one noisy step does not decide them."""
+    first and last 10% of steps (at least 3), so one noisy step does not decide them; maxima and
+    means are over every step; heldout_* are the devtest scores at the validation-chosen step (None
+    when the run has none)."""
     records = []
     for run, history in histories.items():
         entropy = [row["rollout/entropy"] for row in history]
+        scores = (heldout or {}).get(run, {})
         records.append({
             "name": run.name, "algorithm": run.algorithm + ("-overlong" if run.overlong else ""),
-            "kl": run.kl, "seed": run.seed, "steps": history[-1]["step"],
+            "variant": run.variant, "kl": run.kl, "seed": run.seed, "steps": history[-1]["step"],
             "entropy_first": _window(history, "rollout/entropy", False),
             "entropy_last": _window(history, "rollout/entropy", True), "entropy_min": min(entropy),
+            "entropy_half_step": half_entropy_step(history),
             "length_first": _window(history, "rollout/len_mean", False),
             "length_last": _window(history, "rollout/len_mean", True),
             "reward_first": _window(history, "reward/total", False),
             "reward_last": _window(history, "reward/total", True),
+            "clip_fraction_max": _over_steps(history, "rl/clip_frac", max),
+            "ratio_max": _over_steps(history, "rl/ratio_max", max),
+            "filtered_share_mean": _over_steps(history, "filter/filtered_share", _mean),
+            "group_chrf_first": _window(history, "rollout/group_chrf", False),
+            "group_chrf_last": _window(history, "rollout/group_chrf", True),
+            "entropy_len_corr_mean": _over_steps(history, "rollout/entropy_len_corr", _mean),
+            "heldout_chrf": scores.get("chrf"), "heldout_chrf_source": scores.get("chrf_source"),
+            "heldout_same_opening": scores.get("same_opening"), "heldout_overall": scores.get("overall_pass"),
+            "heldout_step": scores.get("step"),
         })  # fmt: skip
     return records

@@ -1,4 +1,5 @@
-"""The grid's report: grid.json, the paper's figures, the decision-point study, claims.json, grid.md.
+"""The grid's report: grid.json, the paper's figures, the ablation figure, the decision-point study,
+claims.json, grid.md (with the held-out table).
 
 write_grid_report(runs, "reports/toy/grid_runs", "reports/toy", setup, wall_s)
 """
@@ -9,14 +10,14 @@ import json
 from pathlib import Path
 
 from recipes.toy.claims import all_claims, entropy_ratio, length_drift
-from recipes.toy.figures import plot_decision_point, plot_grid_metric, plot_overlong
-from recipes.toy.grid import GridRun, GridSetup, grid_records, read_histories
+from recipes.toy.figures import plot_ablations, plot_decision_point, plot_grid_metric, plot_overlong
+from recipes.toy.grid import ABLATION_KL, FULL, GridRun, GridSetup, grid_records, read_heldout, read_histories
+from vepo_mcore.eval.heldout import read_records, summarize
 
 
 def _decision_study(runs: list[GridRun], out: Path, setup: GridSetup, report: Path) -> dict | None:
     """C7 on the first seed's VEPO (no KL) against the SFT checkpoint every run started from."""
     from recipes.toy.decision import decision_point_study
-    from vepo_mcore.eval.heldout import read_records
 
     vepo = next((r for r in runs if r.keeps_checkpoint and (out / r.name / "checkpoint").is_dir()), None)
     heldout = setup.sft.parent / "heldout_sft.jsonl"
@@ -37,11 +38,11 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
     out, report = Path(out), Path(report_dir)
     report.mkdir(parents=True, exist_ok=True)
     histories = read_histories(runs, out)
-    records = grid_records(histories)
+    records = grid_records(histories, read_heldout(runs, out))
     (report / "grid.json").write_text(json.dumps(records, indent=1) + "\n")
     cells: dict[tuple[str, str], list[list[dict]]] = {}
     for run, rows in histories.items():
-        if not run.overlong:
+        if not run.overlong and run.variant == FULL:
             cells.setdefault((run.algorithm, run.kl), []).append(rows)
     plot_grid_metric(
         cells, "rollout/entropy", "token entropy of the samples (nats)", report / "grid_entropy.png"
@@ -58,32 +59,56 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
             **({"VEPO": vepo} if vepo else {}),
         }
         plot_overlong(arms, report / "grid_overlong.png")
+    ablations: dict[str, list[list[dict]]] = {}
+    for run, rows in histories.items():
+        if run.algorithm == "vepo" and run.kl == ABLATION_KL and not run.overlong:
+            ablations.setdefault(run.variant, []).append(rows)
+    if len(ablations) > 1:
+        chrf: dict[str, list[float]] = {}
+        for r in records:
+            if r["algorithm"] == "vepo" and r["kl"] == ABLATION_KL and r["heldout_chrf"] is not None:
+                chrf.setdefault(r["variant"], []).append(r["heldout_chrf"])
+        order = [FULL, *sorted(v for v in ablations if v != FULL)]
+        plot_ablations(
+            {v: ablations[v] for v in order if v in ablations}, chrf, report / "grid_ablations.png"
+        )
     toy_summary_file = report / "summary.json"
     toy_summary = json.loads(toy_summary_file.read_text()) if toy_summary_file.is_file() else None
     decision = _decision_study(runs, out, setup, report) if study else None
     claims = all_claims(records, {run.name: rows for run, rows in histories.items()}, overlong, toy_summary,
                         decision)  # fmt: skip
     (report / "claims.json").write_text(json.dumps(claims, indent=1) + "\n")
-    (report / "grid.md").write_text(grid_markdown(records, claims, setup, wall_s, decision))
+    sft_heldout = setup.sft.parent / "heldout_sft.jsonl"
+    start = summarize(read_records(sft_heldout)) if sft_heldout.is_file() else None
+    (report / "grid.md").write_text(grid_markdown(records, claims, setup, wall_s, decision, start))
     return claims
 
 
 def grid_markdown(records: list[dict], claims: dict, setup: GridSetup, wall_s: float | None,
-                  decision: dict | None) -> str:  # fmt: skip
+                  decision: dict | None, start: dict | None = None) -> str:  # fmt: skip
     lines = ["# The paper's RL grid at toy scale", "",
              f"From `{setup.sft}`; tau {setup.temperature}, lr {setup.lr}, {setup.mini_batches} updates per "
              f"rollout batch, KL coefficient {setup.kl_coef} (k2/k3), "
              f"DAPO overlong buffer {setup.overlong_buffer}; prompts {setup.directions} dev sentences "
              f"`{setup.prompt_sentences}`." + (f" Wall time {wall_s / 60:.0f} min." if wall_s else ""), "",
-             "Figures: grid_entropy.png, grid_length.png, grid_overlong.png, grid_decision_point.png.", "",
-             "| run | steps | entropy first -> last (min) | ratio | length first -> last | drift | reward first -> last |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+             f"K = {setup.num_candidates} candidates -> G = {setup.group_size} by RLVR filtering, "
+             f"{setup.ppo_epochs} epoch(s) x {setup.mini_batches} mini-batches; validation `{setup.eval_sentences}` "
+             f"every {setup.eval_interval} steps.", "",
+             "Figures: grid_entropy.png, grid_length.png, grid_overlong.png, grid_ablations.png, "
+             "grid_decision_point.png.", "",
+             "| run | steps | entropy first -> last (min) | ratio | length first -> last | drift | reward first -> last "
+             "| clip max | filtered | group chrF++ first -> last |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in records:
         lines.append(
             f"| {r['name']} | {r['steps']} | {r['entropy_first']:.2f} -> {r['entropy_last']:.2f} "
             f"({r['entropy_min']:.2f}) | {entropy_ratio(r):.2f} | {r['length_first']:.1f} -> "
-            f"{r['length_last']:.1f} | {length_drift(r):+.0%} | {r['reward_first']:.3f} -> {r['reward_last']:.3f} |"
+            f"{r['length_last']:.1f} | {length_drift(r):+.0%} | {r['reward_first']:.3f} -> {r['reward_last']:.3f} "
+            f"| {_num(r.get('clip_fraction_max'), '.3f')} | {_num(r.get('filtered_share_mean'), '.2f')} "
+            f"| {_num(r.get('group_chrf_first'), '.1f')} -> {_num(r.get('group_chrf_last'), '.1f')} |"
         )
+    lines += ["", "## Held-out (devtest) at each run's validation-chosen checkpoint", "",
+              *heldout_table(records, start)]  # fmt: skip
     lines += ["", "## Verdicts", "", "| claim | verdict | rule | evidence |", "|---|---|---|---|"]
     for name, claim in claims.items():
         evidence = ", ".join(f"{k} {v}" for k, v in claim["evidence"].items())
@@ -94,3 +119,42 @@ def grid_markdown(records: list[dict], claims: dict, setup: GridSetup, wall_s: f
                   f"the SFT policy's top tokens (id, text, probability SFT -> VEPO) "
                   + ", ".join(f"#{i} {t!r} {a:.3f} -> {b:.3f}" for i, t, a, b in zip(p["ids"], p["tokens"], p["p_sft"], p["p_rl"]))]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _num(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+HELDOUT_COLUMNS = (("heldout_chrf", "chrF++"), ("heldout_chrf_source", "chrF++ from source"),
+                   ("heldout_same_opening", "same opening %"), ("heldout_overall", "overall %"),
+                   ("heldout_step", "chosen step"))  # fmt: skip
+
+
+def heldout_table(records: list[dict], start: dict | None = None) -> list[str]:
+    """Markdown rows: one per algorithm (or VEPO ablation) and KL regime, each held-out value as the
+    seed mean with the seeds' range; '-' where no run of the cell was evaluated. start: the SFT
+    checkpoint's eval.heldout summary, the first row."""
+    cells: dict[tuple[str, str, str], list[dict]] = {}
+    for r in records:
+        cells.setdefault((r["algorithm"], r.get("variant", FULL), r["kl"]), []).append(r)
+    lines = ["| algorithm | removed part | KL | seeds | " + " | ".join(c[1] for c in HELDOUT_COLUMNS) + " |",
+             "|---|---|---|---|" + "---|" * len(HELDOUT_COLUMNS)]  # fmt: skip
+    if start:
+        values = [f"{start[key.removeprefix('heldout_').replace('overall', 'overall_pass')]:.1f}"
+                  for key, _ in HELDOUT_COLUMNS[:-1]]  # fmt: skip
+        lines.append("| SFT (the start) |  |  | 1 | " + " | ".join(values) + " | - |")
+    for (algorithm, variant, kl), rows in cells.items():
+        values = []
+        for key, _ in HELDOUT_COLUMNS:
+            xs = [row[key] for row in rows if row.get(key) is not None]
+            if not xs:
+                values.append("-")
+            elif len(xs) == 1:
+                values.append(f"{xs[0]:.1f}" if key != "heldout_step" else str(xs[0]))
+            elif key == "heldout_step":
+                values.append(", ".join(str(x) for x in xs))
+            else:
+                values.append(f"{sum(xs) / len(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})")
+        part = "" if variant == FULL else variant
+        lines.append(f"| {algorithm} | {part} | {kl} | {len(rows)} | " + " | ".join(values) + " |")
+    return lines

@@ -1,65 +1,114 @@
 """The toy grid (recipes/toy/grid.py) and the claim verdicts (claims.py): the plan, the flags each
-run gets (checked by the real config loader), the first/last windows, and every verdict rule on
-histories built to satisfy or break it."""
+run gets (checked by the real config loader; an ablation differs from full VEPO in one field), the
+run loop (validation-chosen checkpoint, held-out records, resume) with the training stubbed, the
+records, every verdict rule on histories built to satisfy or break it, the held-out table and the
+ablation figure."""
 
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from vepo_mcore.config import JobConfig
-from vepo_mcore.config.job import job_from_cli
-from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
 from recipes.toy import claims
 from recipes.toy.grid import (
+    ABLATIONS,
     GridRun,
     GridSetup,
     grid_records,
     is_complete,
     plan_grid,
+    read_heldout,
     read_histories,
 )
+from vepo_mcore.config import JobConfig
+from vepo_mcore.config.job import job_from_cli
+from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
 from vepo_mcore.training.logging import read_metrics
 
 
-def test_plan_grid_seeds_the_compared_cells_and_adds_the_overlong_arm():
+def test_plan_grid_seeds_the_compared_cells_and_adds_the_overlong_arm_and_the_ablations():
     runs = plan_grid(seeds=(0, 1, 2))
     names = [r.name for r in runs]
     assert len(names) == len(set(names))
-    first = [r for r in runs if r.seed == 0 and not r.overlong]
-    assert len(first) == 18  # 6 algorithms x 3 KL regimes
+    first = [r for r in runs if r.seed == 0 and not r.overlong and r.variant == "full"]
+    assert len(first) == 12  # 6 algorithms x KL {none, k3}
     for seed in (1, 2):
-        assert {(r.algorithm, r.kl) for r in runs if r.seed == seed} == {
-            (a, kl) for a in ("vepo", "grpo") for kl in ("none", "k2", "k3")
+        assert {(r.algorithm, r.kl) for r in runs if r.seed == seed and r.variant == "full"} == {
+            (a, kl) for a in ("vepo", "grpo") for kl in ("none", "k3")
         }
+    for seed in (0, 1, 2):
+        ablations = [r for r in runs if r.seed == seed and r.variant != "full"]
+        assert {r.variant for r in ablations} == set(ABLATIONS)
+        assert {(r.algorithm, r.kl) for r in ablations} == {("vepo", "none")}
     assert [r for r in runs if r.overlong] == [GridRun("dapo", "none", 0, overlong=True)]
-    assert len(runs) == 18 + 12 + 1
+    assert len(runs) == 12 + 1 + 6 + 2 * (4 + 6)
     assert runs.index(GridRun("dapo", "none", 0, overlong=True)) < runs.index(GridRun("vepo", "none", 1))
-    assert plan_grid(("vepo",), ("k2",), (0,)) == [GridRun("vepo", "k2", 0)]  # no DAPO, no overlong arm
+    assert max(runs.index(r) for r in runs if r.seed == 0) < min(runs.index(r) for r in runs if r.seed == 1)
+    assert plan_grid(("vepo",), ("k3",), (0,), ablations=()) == [GridRun("vepo", "k3", 0)]
+    assert GridRun("vepo", "none", 0, variant="seq_mean").name == "vepo-seq_mean_kl-none_s0"
+    with pytest.raises(ValueError, match="variants are ablations of VEPO"):
+        GridRun("grpo", "none", 0, variant="seq_mean")
+    with pytest.raises(ValueError, match="no_entropy_bonus"):
+        GridRun("vepo", "none", 0, variant="no_clip")
+
+
+def _setup(tmp_path, **settings):
+    return GridSetup(sft=tmp_path / "sft", tokenizer=tmp_path / "tok", vocab_size=18358, prompt_sentences="800:947",
+                     eval_sentences="947:", **settings)  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "run",
     [GridRun("vepo", "none", 0), GridRun("dapo", "k3", 1), GridRun("dapo", "none", 0, overlong=True),
-     GridRun("ppo", "k2", 2)],
+     GridRun("ppo", "k2", 2), GridRun("vepo", "none", 1, variant="tau1_ratio")],
 )  # fmt: skip
 def test_every_run_is_a_valid_rl_config(run, tmp_path):
-    setup = GridSetup(sft=tmp_path / "sft", tokenizer=tmp_path / "tok", vocab_size=18358, prompt_sentences="800:",
-                      extra=("--training.micro_batch_size", "8"))  # fmt: skip
+    setup = _setup(tmp_path)
     flags = setup.overrides(run, steps=7, out=tmp_path)
     _, cfg = job_from_cli(flags, "")
     assert isinstance(cfg, JobConfig)
     assert (cfg.rl.loss.name, cfg.rl.kl.estimator, cfg.rl.kl.measure_interval) == (run.algorithm, run.kl, 1)
-    assert cfg.rl.rollout.sampling.temperature == 1.0
+    assert cfg.rl.rollout.sampling.temperature == 0.4  # the recipe's (configs/rl.yaml)
     assert cfg.training.train_iters == 7 and cfg.training.seed == 1000 + run.seed
-    assert cfg.training.optimizer.lr == cfg.training.optimizer.min_lr == 2e-4
-    assert cfg.rl.prompt_sentences == "800:" and cfg.training.micro_batch_size == 8
-    assert cfg.rl.mini_batches == 2  # two updates per rollout batch: the clips act
+    assert cfg.training.optimizer.lr == cfg.training.optimizer.min_lr == 1e-4  # the recipe's
+    assert cfg.rl.prompt_sentences == "800:947" and cfg.rl.eval_sentences == "947:"
+    # four updates per rollout batch (the ratios leave 1, the clips act); K = 8 -> G = 4 (filtering removes half)
+    assert (cfg.rl.mini_batches, cfg.rl.ppo_epochs, cfg.training.micro_batch_size) == (4, 1, 8)
+    assert (cfg.rl.filtering.num_candidates, cfg.rl.filtering.group_size) == (8, 4)
     assert cfg.rl.filtering.dynamic_sampling == (run.algorithm == "dapo")
     assert cfg.rl.loss.overlong_buffer == (16 if run.overlong else 0)
+    assert cfg.rl.loss.ratio_mode == ("untempered" if run.variant == "tau1_ratio" else "tempered")
     assert cfg.training.logging.metrics_jsonl == str(tmp_path / run.name / "metrics.jsonl")
-    assert (cfg.training.checkpoint.save is not None) == run.keeps_checkpoint
+    assert cfg.training.checkpoint.save == str(tmp_path / run.name / "checkpoint")
+    assert cfg.training.eval_interval == cfg.training.checkpoint.save_interval == 40
+    assert cfg.training.checkpoint.keep_last == 0
     check_batch_shape(rl_job_config(cfg), 1)
+    cfg.rl.validate()
+    no_validation = GridSetup(sft=tmp_path / "sft", tokenizer=tmp_path / "tok", vocab_size=18358)
+    _, cfg = job_from_cli(no_validation.overrides(run, steps=7, out=tmp_path), "")
+    assert cfg.rl.eval_sentences == "" and (cfg.training.checkpoint.save is not None) == run.keeps_checkpoint
+
+
+def _leaves(tree, prefix=""):
+    if dataclasses.is_dataclass(tree):
+        tree = {f.name: getattr(tree, f.name) for f in dataclasses.fields(tree)}
+    if isinstance(tree, dict):
+        return {k: v for key, value in tree.items() for k, v in _leaves(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: tree}
+
+
+@pytest.mark.parametrize("variant", list(ABLATIONS))
+def test_an_ablation_differs_from_full_vepo_in_its_one_field(variant, tmp_path):
+    setup = _setup(tmp_path)
+    full = _leaves(job_from_cli(setup.overrides(GridRun("vepo", "none", 0), 7, tmp_path), "")[1])
+    run = GridRun("vepo", "none", 0, variant=variant)
+    ablated = _leaves(job_from_cli(setup.overrides(run, 7, tmp_path), "")[1])
+    paths = ("training.logging.metrics_jsonl", "training.checkpoint.save")  # the run's own folder
+    changed = {k for k in full if full[k] != ablated[k] and k not in paths}
+    assert changed == {ABLATIONS[variant][0]}
+    assert full[ABLATIONS[variant][0]] != ablated[ABLATIONS[variant][0]]
 
 
 def _write(path, rows):
@@ -78,25 +127,85 @@ def _rows(entropy, length=None, reward=None):
 def test_records_average_the_first_and_last_tenth_and_skip_restarted_steps(tmp_path):
     run = GridRun("grpo", "none", 0)
     rows = _rows([4.0] * 3 + [3.0] * 24 + [1.0] * 3, length=[20.0] * 3 + [25.0] * 24 + [40.0] * 3)
+    for i, row in enumerate(rows):
+        row.update({"rl/clip_frac": 0.01 * (i % 5), "filter/filtered_share": 0.5, "rl/ratio_max": 1.0 + 0.01 * i,
+                    "rollout/group_chrf": 60.0 - i, "rollout/entropy_len_corr": 0.2})  # fmt: skip
     # a relaunch appended steps 1-2 again: the later record of a step wins, no step counts twice
     _write(tmp_path / run.name / "metrics.jsonl", rows + _rows([4.0, 4.0], length=[20.0, 20.0]))
     assert len(read_metrics(tmp_path / run.name / "metrics.jsonl")) == 30
     assert is_complete(tmp_path, run, 30) and not is_complete(tmp_path, run, 31)
+    assert not is_complete(tmp_path, run, 30, heldout=True)  # no held-out records yet
     (record,) = grid_records(read_histories([run, GridRun("vepo", "none", 0)], tmp_path))  # vepo never ran
-    assert record["steps"] == 30 and record["algorithm"] == "grpo"
+    assert record["steps"] == 30 and record["algorithm"] == "grpo" and record["variant"] == "full"
     assert (record["entropy_first"], record["entropy_last"], record["entropy_min"]) == (4.0, 1.0, 1.0)
+    assert record["entropy_half_step"] == 30  # the 5-step mean reaches (3 * 3 + 2 * 1) / 5 < 2 at step 30
     assert (record["length_first"], record["length_last"]) == (20.0, 40.0)
+    assert record["clip_fraction_max"] == 0.04 and record["ratio_max"] == pytest.approx(1.29)
+    assert record["filtered_share_mean"] == 0.5 and record["entropy_len_corr_mean"] == pytest.approx(0.2)
+    assert record["group_chrf_first"] == pytest.approx(59.0) and record["group_chrf_last"] == pytest.approx(
+        32.0
+    )
+    assert record["heldout_chrf"] is None and record["heldout_same_opening"] is None
 
 
-def _record(algorithm, kl, seed, entropy=(3.0, 3.0), length=(30.0, 30.0)):
+def _heldout_records(n=4, chrf=20.0):
+    return [{"direction": "en-th", "index": i, "source": f"Word {i} here.", "reference": "ref text",
+             "hypothesis": "Abc def" if i % 2 else f"Xyz {i}", "stop": True, "lang": True, "length": True,
+             "format": True, "mixing": True, "overall": bool(i % 2), "chrf": chrf + i, "response_tokens": 5}
+            for i in range(n)]  # fmt: skip
+
+
+def test_run_grid_trains_chooses_the_validated_checkpoint_evaluates_it_and_resumes(tmp_path, monkeypatch):
+    """tools/train_vepo.py and eval_heldout.py stubbed: what the loop does around them."""
+    from recipes.toy import grid
+
+    calls = []
+
+    def fake_run_logged(args, log_file, threads):
+        run_dir = log_file.parent
+        calls.append((run_dir.name, log_file.name))
+        if log_file.name == "train.log":
+            for step in (2, 4):  # validation and checkpoint every 2 steps
+                (run_dir / "checkpoint" / f"iter_{step:07d}").mkdir(parents=True)
+            rows = _rows([3.0] * 4)
+            rows[1].update({"valid/overall_pass": 80.0, "valid/chrf": 20.0})
+            rows[3].update({"valid/overall_pass": 85.0, "valid/chrf": 10.0})  # worse sum: step 2 wins
+            _write(run_dir / "metrics.jsonl", rows)
+        else:
+            assert args[args.index("--checkpoint") + 1].endswith("iter_0000002")
+            _write(Path(args[args.index("--out") + 1]), _heldout_records())
+
+    monkeypatch.setattr(grid, "run_logged", fake_run_logged)
+    setup = _setup(tmp_path, eval_interval=2)
+    runs = [GridRun("vepo", "none", 0), GridRun("grpo", "none", 0)]
+    grid.run_grid(runs, setup, tmp_path / "out", steps=4, workers=1, log=lambda *_: None)
+    assert calls == [(r.name, log) for r in runs for log in ("train.log", "heldout.log")]
+    out = tmp_path / "out"
+    assert json.loads((out / runs[1].name / "selected.json").read_text())["step"] == 2
+    assert (out / runs[0].name / "checkpoint").is_dir()  # the decision-point study reads VEPO's
+    assert not (out / runs[1].name / "checkpoint").exists()
+    assert all(is_complete(out, r, 4, heldout=True) for r in runs)
+    calls.clear()
+    grid.run_grid(runs, setup, out, steps=4, workers=1, log=lambda *_: None)
+    assert calls == []  # finished runs are skipped
+    (out / runs[1].name / "heldout.jsonl").unlink()  # its checkpoints are gone: it trains again
+    grid.run_grid(runs, setup, out, steps=4, workers=1, log=lambda *_: None)
+    assert calls == [(runs[1].name, "train.log"), (runs[1].name, "heldout.log")]
+    records = grid_records(read_histories(runs, out), read_heldout(runs, out))
+    assert records[1]["heldout_chrf"] == pytest.approx(21.5) and records[1]["heldout_step"] == 2
+    assert records[1]["heldout_overall"] == 50.0 and records[1]["heldout_same_opening"] is not None
+    assert "heldout_chrf_source" in records[1]
+
+
+def _record(algorithm, kl, seed, entropy=(3.0, 3.0), length=(30.0, 30.0), variant="full", **extra):
     return {"algorithm": algorithm, "kl": kl, "seed": seed, "entropy_first": entropy[0], "entropy_last": entropy[1],
-            "length_first": length[0], "length_last": length[1]}  # fmt: skip
+            "length_first": length[0], "length_last": length[1], "variant": variant, **extra}  # fmt: skip
 
 
-def _grid(grpo_last=1.5, vepo_last=3.0, ppo_last=1.0, grpo_len=40.0, rloo_len=40.0, vepo_len=31.0):
+def _grid(grpo_last=1.2, vepo_last=3.0, ppo_last=1.0, grpo_len=40.0, rloo_len=40.0, vepo_len=31.0):
     records = []
     for seed in (0, 1, 2):
-        for kl in ("none", "k2", "k3"):
+        for kl in ("none", "k3"):
             records.append(_record("grpo", kl, seed, (3.0, grpo_last + 0.05 * seed), (30.0, grpo_len)))
             records.append(_record("vepo", kl, seed, (3.0, vepo_last - 0.05 * seed), (30.0, vepo_len)))
     records += [
@@ -106,20 +215,43 @@ def _grid(grpo_last=1.5, vepo_last=3.0, ppo_last=1.0, grpo_len=40.0, rloo_len=40
     return records
 
 
-def test_c2_c3_c4_verdicts_follow_their_rules():
-    assert claims.claim_c2(_grid())["verdict"] == claims.REPRODUCED
-    assert claims.claim_c2(_grid(grpo_last=2.9))["verdict"] == claims.NOT_REPRODUCED  # no collapse
+def test_c2_is_untested_where_grpo_does_not_collapse():
+    assert claims.claim_c2(_grid())["verdict"] == claims.REPRODUCED  # GRPO 3 -> 1.2: below half
+    untested = claims.claim_c2(_grid(grpo_last=2.9))
+    assert untested["verdict"] == claims.UNTESTED and untested["evidence"]["grpo_mean_ratio"] > 0.9
     assert claims.claim_c2(_grid(vepo_last=5.0))["verdict"] == claims.INCONCLUSIVE  # VEPO leaves its band
-    assert claims.claim_c3(_grid())["verdict"] == claims.REPRODUCED
-    assert claims.claim_c3(_grid(ppo_last=3.5))["verdict"] == claims.NOT_REPRODUCED
-    assert claims.claim_c3(_grid(ppo_last=2.95))["verdict"] == claims.INCONCLUSIVE  # inside VEPO's seeds
-    assert claims.claim_c4(_grid())["verdict"] == claims.REPRODUCED
-    assert claims.claim_c4(_grid(vepo_len=45.0))["verdict"] == claims.NOT_REPRODUCED
-    assert claims.claim_c4(_grid(rloo_len=31.0))["verdict"] == claims.INCONCLUSIVE
+    assert claims.claim_c2(_grid(vepo_last=1.0))["verdict"] == claims.NOT_REPRODUCED  # VEPO collapses too
     assert claims.claim_c2([])["verdict"] == claims.INCONCLUSIVE
 
 
-def test_c5_c6_read_oscillation_from_the_histories():
+def test_c3_is_untested_where_ppo_does_not_collapse():
+    assert claims.claim_c3(_grid())["verdict"] == claims.REPRODUCED
+    assert claims.claim_c3(_grid(ppo_last=3.5))["verdict"] == claims.UNTESTED
+    assert claims.claim_c3(_grid(ppo_last=1.4, vepo_last=1.0))["verdict"] == claims.NOT_REPRODUCED
+    assert claims.claim_c3(_grid(ppo_last=1.15, vepo_last=1.2))["verdict"] == claims.INCONCLUSIVE
+
+
+def test_c4_compares_absolute_drift_with_absolute_drift():
+    assert claims.claim_c4(_grid())["verdict"] == claims.REPRODUCED
+    assert claims.claim_c4(_grid(vepo_len=45.0))["verdict"] == claims.NOT_REPRODUCED
+    assert claims.claim_c4(_grid(rloo_len=31.0))["verdict"] == claims.INCONCLUSIVE
+    # RLOO shortens by a third: a drift as large as GRPO's lengthening, in the other direction
+    shortened = claims.claim_c4(_grid(rloo_len=20.0))
+    assert shortened["verdict"] == claims.REPRODUCED and shortened["evidence"]["rloo_abs_drift"] > 0.3
+    assert claims.claim_c4(_grid(grpo_len=31.0, rloo_len=32.0, vepo_len=30.5))["verdict"] == claims.UNTESTED
+    assert claims.claim_c4(_grid())["evidence"]["kl"] == ["none"]  # RLOO ran without KL only
+    ablation = _grid() + [_record("vepo", "none", 0, length=(30.0, 60.0), variant="seq_mean")]
+    assert claims.claim_c4(ablation)["verdict"] == claims.REPRODUCED  # ablations are not VEPO
+
+
+def _kl_rows(k1, k2, k3):
+    return [
+        {"step": i, "rl/kl_k1": a, "rl/kl_k2": b, "rl/kl_k3": c}
+        for i, (a, b, c) in enumerate(zip(k1, k2, k3))
+    ]
+
+
+def test_c5_c6_read_oscillation_from_the_histories_and_judge_k2_and_k3_apart():
     smooth = _rows([3.0 + 0.01 * i for i in range(20)])
     jumpy = _rows([3.0 + (0.5 if i % 2 else -0.5) for i in range(20)])
     records = _grid()
@@ -129,51 +261,171 @@ def test_c5_c6_read_oscillation_from_the_histories():
     assert claims.roughness([1.0, 1.0, 1.0]) == 0.0 and claims.roughness([1.0, 3.0, 1.0]) == pytest.approx(
         1.2
     )
-
-    def kl_rows(k1, k2, k3):
-        return [
-            {"step": i, "rl/kl_k1": a, "rl/kl_k2": b, "rl/kl_k3": c}
-            for i, (a, b, c) in enumerate(zip(k1, k2, k3))
-        ]
-
     calm = [0.01 * (1 + i) for i in range(10)]
     noisy = [0.01 * (1 + i) * (3 if i % 2 else -1) for i in range(10)]
-    assert claims.claim_c6({"a": kl_rows(noisy, calm, calm)})["verdict"] == claims.REPRODUCED
-    assert claims.claim_c6({"a": kl_rows(calm, noisy, calm)})["verdict"] == claims.NOT_REPRODUCED
+    noisier = [0.01 * (1 + i) * (9 if i % 2 else -5) for i in range(10)]
+    assert claims.claim_c6({"a": _kl_rows(noisy, calm, calm)})["verdict"] == claims.REPRODUCED
+    assert claims.claim_c6({"a": _kl_rows(calm, noisy, calm)})["verdict"] == claims.NOT_REPRODUCED
+    partly = claims.claim_c6({"a": _kl_rows(noisy, noisier, calm), "b": _kl_rows(noisy, noisier, calm)})
+    assert partly["verdict"] == claims.PARTLY
+    assert (partly["evidence"]["k2"], partly["evidence"]["k3"]) == (claims.NOT_REPRODUCED, claims.REPRODUCED)
+    assert (partly["evidence"]["share_k2_smoother"], partly["evidence"]["share_k3_smoother"]) == (0.0, 1.0)
+    mixed = claims.claim_c6({"a": _kl_rows(noisy, calm, calm), "b": _kl_rows(noisy, noisier, calm)})
+    assert mixed["evidence"]["share_k2_smoother"] == 0.5 and mixed["evidence"]["k2"] == claims.NOT_REPRODUCED
+    assert mixed["verdict"] == claims.PARTLY  # k2 in half the runs, k3 in all
 
 
-def test_c1_c7_read_the_toy_summary_and_the_decision_study():
+def test_c1_c7_read_the_toy_summary_and_the_decision_study_with_its_premise():
     summary = {"sft": {"overall_pass": 70.0}, "rl": {"overall_pass": 80.0},
                "per_seed": [{"delta_ci95": {"overall_pass": [2.0, 9.0]}}, {"delta_ci95": {"overall_pass": [-1.0, 9.0]}}]}  # fmt: skip
     assert claims.claim_c1(summary)["verdict"] == claims.INCONCLUSIVE  # one seed's interval reaches 0
     summary["per_seed"][1]["delta_ci95"]["overall_pass"] = [0.5, 9.0]
     assert claims.claim_c1(summary)["verdict"] == claims.REPRODUCED
-    study = {
-        "entropy_delta_ci95": [0.1, 0.3],
-        "entropy_sft": 1.0,
-        "entropy_rl": 1.2,
-        "top1_sft": 0.6,
-        "top1_rl": 0.5,
-    }
+    study = {"entropy_delta_ci95": [0.1, 0.3], "entropy_sft": 1.0, "entropy_rl": 1.2, "top1_sft": 0.6,
+             "top1_rl": 0.5}  # fmt: skip
     assert claims.claim_c7(study)["verdict"] == claims.REPRODUCED
     study["entropy_delta_ci95"] = [-0.3, -0.1]
     verdict = claims.claim_c7(study)
     assert verdict["verdict"] == claims.NOT_REPRODUCED and not math.isnan(verdict["evidence"]["entropy_sft"])
+    study["top1_sft"] = 0.22  # the SFT policy spreads its mass already: nothing to spread
+    untested = claims.claim_c7(study)
+    assert untested["verdict"] == claims.UNTESTED and untested["evidence"]["top1_sft"] == 0.22
     json.dumps(claims.all_claims(_grid(), {}, None, None, None))  # every verdict serialises
 
 
-def test_the_grid_takes_the_rl_prompts_the_toy_planned(tmp_path):
+def test_c8_reads_the_within_step_entropy_length_correlation():
+    def records(values):
+        return [_record("vepo", "none", s, entropy_len_corr_mean=v) for s, v in enumerate(values)]
+
+    assert claims.claim_c8(records([0.45, 0.5, 0.55, 0.4]))["verdict"] == claims.REPRODUCED
+    assert claims.claim_c8(records([-0.1, 0.0, 0.05, -0.05]))["verdict"] == claims.NOT_REPRODUCED
+    assert claims.claim_c8(records([0.1, 0.3, -0.1, 0.4]))["verdict"] == claims.INCONCLUSIVE
+    assert claims.claim_c8(_grid())["verdict"] == claims.INCONCLUSIVE  # not logged
+    ablated = records([0.45, 0.5, 0.55]) + [
+        _record("vepo", "none", 0, variant="seq_mean", entropy_len_corr_mean=-0.9)
+    ]
+    assert claims.claim_c8(ablated)["evidence"]["runs"] == 3
+    histories = {"a": _rows([3.0, 2.0, 1.0, 0.5], length=[40.0, 30.0, 20.0, 10.0])}
+    assert claims.claim_c8(ablated, histories)["evidence"]["across_steps_mean_r"] == pytest.approx(
+        0.98985, abs=1e-4
+    )
+
+
+def _ablation_grid(grpo_last=1.2, full_last=3.0, ablated_last=1.0, full_len=31.0, ablated_len=31.0, variant="no_entropy_bonus"):  # fmt: skip
+    records = [r for r in _grid(grpo_last=grpo_last, vepo_last=full_last, vepo_len=full_len)]
+    for seed in (0, 1, 2):
+        records.append(_record("vepo", "none", seed, (3.0, ablated_last + 0.05 * seed), (30.0, ablated_len + seed),
+                               variant=variant, heldout_chrf=20.0 - seed, group_chrf_last=70.0))  # fmt: skip
+    for r in records:
+        if r["algorithm"] == "vepo" and r["variant"] == "full":
+            r.update(heldout_chrf=22.0 - r["seed"], group_chrf_last=60.0)
+    return records
+
+
+def test_each_ablation_is_judged_on_the_claim_its_part_is_tied_to():
+    from recipes.toy.grid import ABLATION_KL
+
+    assert set(claims.ABLATION_CLAIMS) == set(ABLATIONS) and claims.ABLATION_KL == ABLATION_KL
+    collapse = claims.claim_ablation(_ablation_grid(), "no_entropy_bonus")
+    assert collapse["verdict"] == claims.REPRODUCED and collapse["evidence"]["claim"] == "C2"
+    assert collapse["evidence"]["moves"] == ["C2"] and collapse["evidence"]["seeds"] == 3
+    assert collapse["evidence"]["heldout_chrf_diff_ci95"] == [-2.0, -2.0]  # quality reported beside
+    assert (
+        claims.claim_ablation(_ablation_grid(ablated_last=2.9), "no_entropy_bonus")["verdict"]
+        == claims.NOT_REPRODUCED
+    )
+    assert (
+        claims.claim_ablation(_ablation_grid(grpo_last=2.9), "no_entropy_bonus")["verdict"] == claims.UNTESTED
+    )
+    assert (
+        claims.claim_ablation(_ablation_grid(full_last=1.3), "no_entropy_bonus")["verdict"] == claims.UNTESTED
+    )
+    length = _ablation_grid(ablated_last=3.0, ablated_len=45.0, variant="seq_mean")
+    verdict = claims.claim_ablation(length, "seq_mean")
+    assert verdict["verdict"] == claims.REPRODUCED and verdict["evidence"]["moves"] == ["C4"]
+    stable = _ablation_grid(ablated_last=3.0, ablated_len=31.0, variant="seq_mean")
+    assert claims.claim_ablation(stable, "seq_mean")["verdict"] == claims.NOT_REPRODUCED
+    assert claims.claim_ablation(_grid(), "seq_mean")["verdict"] == claims.INCONCLUSIVE  # never ran
+    every = claims.all_claims(_ablation_grid(), {}, None, None, None)
+    assert list(every) == [f"C{i}" for i in range(1, 9)] + ["ablation/no_entropy_bonus"]
+    assert all(set(v) >= {"verdict", "rule", "evidence"} for v in every.values())
+    json.dumps(every)
+
+
+def test_heldout_table_and_ablation_figure_on_synthetic_runs(tmp_path):
+    from recipes.toy.figures import plot_ablations
+    from recipes.toy.grid_report import heldout_table
+
+    records = _ablation_grid()
+    for r in records:
+        r.update(heldout_chrf_source=r.get("heldout_chrf", 0.0) - 5, heldout_same_opening=30.0,
+                 heldout_overall=90.0, heldout_step=40 * (1 + r["seed"]))  # fmt: skip
+    records[-1]["heldout_chrf"] = None  # one run not evaluated
+    table = heldout_table(records)
+    assert table[0].startswith("| algorithm | removed part | KL | seeds | chrF++ |")
+    row = next(line for line in table if "no_entropy_bonus" in line)
+    assert row.startswith("| vepo | no_entropy_bonus | none | 3 | 19.5 (19.0-20.0) | 14.0 (13.0-15.0)")
+    assert "40, 80, 120" in row
+    full = next(line for line in table if line.startswith("| vepo |  | none |"))
+    assert "21.0 (20.0-22.0)" in full
+    histories = {"full": [_rows([3.0 - 0.01 * i for i in range(30)]) for _ in range(3)],
+                 "no_entropy_bonus": [_rows([3.0 - 0.05 * i for i in range(30)]) for _ in range(2)]}  # fmt: skip
+    for seeds in histories.values():
+        for rows in seeds:
+            for i, row in enumerate(rows):
+                row["rollout/group_chrf"] = 50.0 + i
+    path = plot_ablations(histories, {"full": [21.0, 22.0], "no_entropy_bonus": [19.0]}, tmp_path / "a.png")
+    assert path.stat().st_size > 10_000
+
+
+def test_the_grid_takes_the_rl_prompts_and_validation_the_toy_planned(tmp_path):
     from recipes.toy.grid import toy_rl_prompts
 
     assert toy_rl_prompts(tmp_path) == {}
-    planned = {"directions": "en-th,th-en", "prompt_sentences": "800:"}  # what run_seed writes
+    planned = {"directions": "en-th,th-en", "prompt_sentences": "800:947"}  # what run_seed writes
     (tmp_path / "rl_prompts.json").write_text(json.dumps(planned))
     setup = GridSetup(
         sft=tmp_path / "sft", tokenizer=tmp_path / "tok", vocab_size=10, **toy_rl_prompts(tmp_path)
     )
-    assert (setup.directions, setup.prompt_sentences) == ("en-th,th-en", "800:")
+    assert (setup.directions, setup.prompt_sentences, setup.eval_sentences) == (
+        "en-th,th-en",
+        "800:947",
+        "947:",
+    )
+    (tmp_path / "rl_prompts.json").write_text(json.dumps({**planned, "prompt_sentences": "800:"}))
+    assert toy_rl_prompts(tmp_path)["eval_sentences"] == ""  # no validation planned: none in the grid
 
 
 def test_a_missing_sft_checkpoint_names_the_command_that_makes_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"tools/run_toy.py --out .* --seeds 3 --no-report"):
         GridSetup.from_toy(tmp_path / "seed3")
+
+
+def test_the_report_writes_the_new_fields_every_claim_and_the_heldout_table(tmp_path):
+    from recipes.toy.grid_report import write_grid_report
+
+    runs = [GridRun("vepo", "none", s) for s in (0, 1)] + [GridRun("grpo", "none", 0)]
+    runs += [GridRun("vepo", "none", s, variant="symmetric_clip") for s in (0, 1)]
+    out = tmp_path / "runs"
+    for i, run in enumerate(runs):
+        rows = _rows([3.0 - 0.02 * i * k for k in range(20)])
+        for row in rows:
+            row.update({"rl/clip_frac": 0.02, "filter/filtered_share": 0.5, "rollout/group_chrf": 55.0,
+                        "rollout/entropy_len_corr": 0.3, "rl/kl_k1": 0.1, "rl/kl_k2": 0.01, "rl/kl_k3": 0.01})  # fmt: skip
+        _write(out / run.name / "metrics.jsonl", rows)
+        _write(out / run.name / "heldout.jsonl", _heldout_records(chrf=20.0 + i))
+        (out / run.name / "selected.json").write_text(json.dumps({"step": 20}))
+    _write(tmp_path / "heldout_sft.jsonl", _heldout_records(chrf=10.0))  # beside the SFT checkpoint
+    setup = _setup(tmp_path)
+    claims_out = write_grid_report(runs, out, tmp_path / "report", setup, study=False)
+    records = json.loads((tmp_path / "report" / "grid.json").read_text())
+    new = ("variant", "clip_fraction_max", "filtered_share_mean", "group_chrf_first", "group_chrf_last",
+           "heldout_chrf", "heldout_chrf_source", "heldout_same_opening")  # fmt: skip
+    assert all(record[key] is not None for record in records for key in new)
+    assert json.loads((tmp_path / "report" / "claims.json").read_text()) == claims_out
+    assert [k for k in claims_out if k.startswith("C")] == [f"C{i}" for i in range(1, 9)]
+    assert "ablation/symmetric_clip" in claims_out
+    assert (tmp_path / "report" / "grid_ablations.png").is_file()
+    markdown = (tmp_path / "report" / "grid.md").read_text()
+    assert "| SFT (the start) |  |  | 1 | 11.5 |" in markdown
+    assert "| vepo | symmetric_clip | none | 2 | 25.0 (24.5-25.5) |" in markdown
