@@ -86,8 +86,8 @@ def _rl_at_another_seed(seed_dir: Path, training_seed: int) -> Path:
     """The quickstart's RL stage again from the same SFT checkpoint (its own config.yaml) at another
     training seed (rollout sampling and data order), then the same held-out evaluation; returns the
     records file."""
-    from vepo_mcore.parallel.init import free_port
     from recipes.toy.recipe import ToyPlan
+    from vepo_mcore.parallel.init import free_port
 
     bin_dir = Path(sys.executable).parent
     save, records = seed_dir / f"rl_seed{training_seed}", seed_dir / f"heldout_rl_seed{training_seed}.jsonl"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from vepo_mcore.eval.heldout import write_records
 from recipes.toy.report import COMPARE_SENTENCES, SEED_STAGES, one_seed_wall, results_markdown, seed_result
+from vepo_mcore.eval.heldout import write_records
 
 
 def _records(n: int, passes) -> list[dict]:
