@@ -203,7 +203,10 @@ def write_report(seed_dirs: list[Path], shared_dir: Path, out_dir: str | Path) -
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     if (shared_dir / "bitext" / "data.json").is_file():
         (out / "data.json").write_text((shared_dir / "bitext" / "data.json").read_text())
-    (out / "results.md").write_text(results_markdown(summary))
+    data = out / "data.json"
+    (out / "results.md").write_text(
+        results_markdown(summary) + (data_markdown(json.loads(data.read_text())) if data.is_file() else "")
+    )
     plot_rl_curves(seed_dirs, out / "rl_curves.png")
     return summary
 
@@ -284,6 +287,28 @@ def results_markdown(summary: dict) -> str:
               "|" + "---|" * len(summary["stage_wall_s"]),
               "| " + " | ".join(f"{v:.0f}" for v in summary["stage_wall_s"].values()) + " |", ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def data_markdown(manifest: dict) -> str:
+    """The parallel text's sources (data.json): package, version, license, pairs kept per language."""
+    langs = sorted(manifest["pairs_total"])
+    lines = ["", "Parallel text (tools/build_parallel_corpus.py; pairs kept per language, held-out pairs included):", "",
+             "| source | package | version | license | " + " | ".join(langs) + " |",
+             "|---|---|---|---|" + "---|" * len(langs)]  # fmt: skip
+    for s in manifest["sources"]:
+        cells = [f"{s['pairs'][lang]:,}" if lang in s["pairs"] else "" for lang in langs]
+        lines.append(
+            f"| {s['source']} | {s['package']} | {s['version']} | {s['license']} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    lines.append(
+        "| **train** | | | | " + " | ".join(f"{manifest['pairs_total'][lang]:,}" for lang in langs) + " |"
+    )
+    lines.append(
+        "| **held out** | | | | " + " | ".join(f"{manifest['heldout'][lang]:,}" for lang in langs) + " |"
+    )
+    return "\n".join(lines) + "\n"
 
 
 def _rl_label(seed: dict) -> str:
