@@ -32,6 +32,7 @@ def test_local_spec_bf16_on_cuda(cleanup):
     cfg = tiny_cfg()
     cfg.model.transformer_impl = "local"
     cfg.training.bf16 = True
+    cfg.training.fusions.gradient_accumulation = False  # backward without DDP: no main_grad to fuse into
     _init(cfg)
     model = build_model(cfg)
     b = {k: v.cuda() for k, v in batch(0).items()}
@@ -52,6 +53,7 @@ def test_te_spec_fp8(cleanup, recipe):
     cfg.model.transformer_impl = "transformer_engine"
     cfg.model.fp8.format, cfg.model.fp8.recipe = "hybrid", recipe
     cfg.training.bf16 = True
+    cfg.training.fusions.gradient_accumulation = False  # backward without DDP: no main_grad to fuse into
     _init(cfg)
     assert use_transformer_engine(cfg)
     model = build_model(cfg)
@@ -61,3 +63,36 @@ def test_te_spec_fp8(cleanup, recipe):
     loss.backward()
     assert torch.isfinite(loss)
     assert any(p.grad is not None or getattr(p, "main_grad", None) is not None for p in model.parameters())
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("transformer_engine") is None, reason="transformer_engine missing"
+)
+def test_gradient_accumulation_fusion_inside_ddp_equals_unfused(cleanup):
+    """training.fusions.gradient_accumulation on the TE spec: the layers' weight gradients go straight
+    into DDP's main_grad (the output layer, megatron's own linear, stays unfused without apex), and
+    every main_grad equals the unfused model's after one backward."""
+    import copy
+
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.training.optimizer import wrap_model
+
+    cfg = tiny_cfg()
+    cfg.model.transformer_impl = "transformer_engine"
+    unfused_cfg = copy.deepcopy(cfg)
+    unfused_cfg.training.fusions.gradient_accumulation = False
+    _init(cfg)
+    fused, unfused = build_model(cfg), build_model(unfused_cfg)
+    assert fused.config.gradient_accumulation_fusion and not unfused.config.gradient_accumulation_fusion
+    unfused.load_state_dict(fused.state_dict())
+    b = {k: v.cuda() for k, v in batch(0).items()}
+    main_grads = []
+    for model, c in ((fused, cfg), (unfused, unfused_cfg)):
+        ddp = wrap_model(model, c)
+        ddp.zero_grad_buffer()
+        ddp(b["tokens"], positions(b["tokens"]), None, labels=b["labels"]).float().mean().backward()
+        main_grads.append({n: p.main_grad.clone() for n, p in model.named_parameters()})
+    assert main_grads[0].keys() == main_grads[1].keys()
+    for name, grad in main_grads[1].items():
+        rel = (main_grads[0][name] - grad).norm() / grad.norm().clamp_min(1e-12)
+        assert rel.item() < 1e-3, (name, rel.item())

@@ -92,6 +92,28 @@ class LoggingConfig:
 
 
 @dataclass(kw_only=True)
+class FusionConfig:
+    """The GPU fusions Megatron-LM turns on. Each is on where its dependency is present
+    (models/fusions.py decides and prints one line for each one that is off); false forces it off.
+    Never on CPU, where the unfused paths compute the same thing."""
+
+    gradient_accumulation: bool = True
+    """Weight-gradient GEMMs add straight into DDP's fp32 main_grad (megatron's
+    gradient_accumulation_fusion): no weight-sized gradient tensor per linear layer, no separate add.
+    Needs Transformer Engine's layers (megatron's own linears, the local spec's, need apex's
+    fused_weight_gradient_mlp_cuda). A model built with it trains only inside megatron DDP
+    (training/optimizer.py's wrap_model), which gives each weight its main_grad."""
+    overlap_grad_reduce: bool = True
+    """Reduce each bucket of gradients over the data-parallel ranks while backward still runs (megatron
+    DDP's overlap_grad_reduce). Needs more than one data x context-parallel rank, and untied
+    embeddings at PP = 1. It changes DDP's bucket layout, which the distributed optimizer's
+    checkpoints (dp_reshardable) follow: resume with the setting the checkpoint was saved with."""
+    rope: bool = True
+    """Transformer Engine's fused RoPE kernel (megatron's apply_rope_fusion). Needs Transformer Engine
+    >= 1.4 (>= 1.12 under context parallelism, for its packed-sequence kernel)."""
+
+
+@dataclass(kw_only=True)
 class TrainingConfig:
     """Global training loop settings shared by CPT, SFT and RL."""
 
@@ -116,6 +138,8 @@ class TrainingConfig:
     attention (saves the [s, s] scores of the local spec; little with TE's flash attention, which
     stores none), 'full' keeps only each layer's input and recomputes the layer in backward
     (recompute_method uniform, one layer per checkpoint): ~1/3 more compute, a fraction of the memory."""
+    fusions: FusionConfig = field(default_factory=FusionConfig)
+    """GPU fusions (gradient-accumulation fusion, overlapped gradient reduction, fused RoPE)."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     """Optimizer settings."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -4,7 +4,8 @@
     model = build_model(cfg)            # this rank's pipeline stage, TP-sharded
 
 `transformer_config(cfg)` is the only place our config becomes megatron's TransformerConfig.
-The layer spec is Transformer Engine's on GPU (FP8 capable) and megatron's local one on CPU.
+The layer spec is Transformer Engine's on GPU (FP8 capable) and megatron's local one on CPU; the GPU
+fusions are on where models/fusions.py finds their dependencies.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.models.fp8 import check_fp8_shapes
+from vepo_mcore.models.fusions import build_with_fusions, gpu_fusions, log_fusions_off, machine
 from vepo_mcore.models.vocab import padded_vocab_size
 from vepo_mcore.parallel.device import has_cuda
 
@@ -67,6 +69,8 @@ def transformer_config(cfg: JobConfig):
         recompute = dict(recompute_granularity=cfg.training.recompute)
     if cfg.training.recompute == "full":
         recompute.update(recompute_method="uniform", recompute_num_layers=1)
+    fusions = gpu_fusions(cfg, **machine(), dp_size=1)  # overlap_grad_reduce is wrap_model's
+    log_fusions_off(fusions, "gradient_accumulation_fusion", "apply_rope_fusion")
     return TransformerConfig(
         num_layers=m.num_layers,
         hidden_size=m.hidden_size,
@@ -96,9 +100,9 @@ def transformer_config(cfg: JobConfig):
         bias_activation_fusion=on_gpu and te,
         bias_dropout_fusion=on_gpu and te,
         masked_softmax_fusion=on_gpu and te,
-        apply_rope_fusion=False,
+        apply_rope_fusion=fusions.settings["apply_rope_fusion"],
         persist_layer_norm=False,
-        gradient_accumulation_fusion=False,
+        gradient_accumulation_fusion=fusions.settings["gradient_accumulation_fusion"],
         **fp8,
         **recompute,
     )
@@ -148,18 +152,22 @@ def build_model(
         post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=True)
     config = transformer_config(cfg)
     config.perform_initialization = init_weights
-    model = QwenGPTModel(
-        config=config,
-        transformer_layer_spec=layer_spec(cfg),
-        vocab_size=model_vocab_size(cfg),
-        max_sequence_length=cfg.model.max_position_embeddings,
-        pre_process=pre_process,
-        post_process=post_process,
-        parallel_output=True,
-        share_embeddings_and_output_weights=cfg.model.tie_word_embeddings,
-        position_embedding_type="rope",
-        rotary_percent=1.0,
-        rotary_base=int(cfg.model.rotary_base),
+    model = build_with_fusions(
+        config,
+        lambda: QwenGPTModel(
+            config=config,
+            transformer_layer_spec=layer_spec(cfg),
+            vocab_size=model_vocab_size(cfg),
+            max_sequence_length=cfg.model.max_position_embeddings,
+            pre_process=pre_process,
+            post_process=post_process,
+            parallel_output=True,
+            share_embeddings_and_output_weights=cfg.model.tie_word_embeddings,
+            position_embedding_type="rope",
+            rotary_percent=1.0,
+            rotary_base=int(cfg.model.rotary_base),
+        ),
+        apex_grad_fusion=machine()["apex_grad_fusion"],
     )
     if has_cuda():
         model.cuda(torch.cuda.current_device())

@@ -9,10 +9,11 @@ shape (152k vocabulary, hidden 256) those weight-sized passes were a tenth of a 
 No megatron import here: rl.logprobs and the output layer's loss use these without loading it
 (models/gpt.py's MainGradEmbedding is the embedding that calls `embedding_into_main_grad`).
 
-The project's DDP runs with overlap_grad_reduce=False (training/optimizer.py): a weight tied to the
-embedding on one stage gets no autograd gradient at all (both users return None), so DDP's hook
-does not fire for it; with overlapped reduction megatron would stop with "Communication call has
-not been issued for this bucket".
+A weight tied to the embedding on one stage gets no autograd gradient at all (both users return
+None), so DDP's hook does not fire for it; with overlapped reduction megatron would stop with
+"Communication call has not been issued for this bucket", which is why models/fusions.py keeps
+overlap_grad_reduce off for tied embeddings at PP = 1. Any other weight gets dummy_weight_grad's
+tensor, as the overlapped hook asserts (`param.grad is not None`).
 """
 
 from __future__ import annotations

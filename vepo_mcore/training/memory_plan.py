@@ -22,6 +22,12 @@ output layer weighs more), printed in GiB (2**30). The accounting:
   linear layers' inputs and the dropout masks stay whole. The first stage holds min(PP, micro-
   batches) micro-batches in flight under 1F1B; CP splits the tokens. Full recompute keeps each
   layer's input plus one layer rebuilt in backward.
+- weight gradients of the linear layers: none beyond the fp32 gradients above where gradient-
+  accumulation fusion adds each GEMM's result straight into main_grad (Transformer Engine's layers,
+  training.fusions.gradient_accumulation; models/fusions.py); without it (the switch false, or the
+  local spec, whose megatron linears fuse only with apex) one layer's largest weight gradient, in the
+  weight dtype, lives until DDP's hook adds it. Overlapped gradient reduction reuses DDP's buffer and
+  the fused RoPE stores what the unfused one does: neither changes the plan.
 - output layer: the final norm's input and output, then for CPT/SFT (and RL with
   rl.loss.chunked_output_layer) the chunked output layer + loss of models/output_loss.py: a few
   chunk buffers and the output weight's gradient (fp32 sum + bf16 GEMM output, built in forward),
@@ -335,6 +341,28 @@ def _fp8_item(cfg: JobConfig, layers_params: float) -> list[MemoryItem]:
     ]
 
 
+def _weight_gradient_item(cfg: JobConfig) -> list[MemoryItem]:
+    """Without gradient-accumulation fusion, the largest weight gradient of a layer (fc1's [2f / TP, h]
+    under SwiGLU, or QKV's) as a tensor of its own in the weight dtype until DDP's hook adds it into
+    main_grad; none with it (Transformer Engine's linears on a GPU: models/fusions.py)."""
+    m = cfg.model
+    if cfg.training.fusions.gradient_accumulation and m.transformer_impl != "local":
+        return []
+    q, kv = m.num_attention_heads * m.head_dim, m.num_query_groups * m.head_dim
+    rows = max(2 * m.ffn_hidden_size, q + 2 * kv) // cfg.parallel.tensor_model_parallel_size
+    size = rows * m.hidden_size * (2 if cfg.training.bf16 else 4)
+    why = "local spec" if m.transformer_impl == "local" else "training.fusions.gradient_accumulation false"
+    return [
+        MemoryItem(
+            "unfused weight gradient",
+            size,
+            f"[{rows:,}, {m.hidden_size:,}] before DDP adds it to main_grad ({why})",
+            "training",
+            "training.fusions.gradient_accumulation with Transformer Engine (model.transformer_impl)",
+        )
+    ]
+
+
 def sequence_length(cfg: JobConfig, rl: bool) -> int:
     """Tokens per training sequence: training.seq_length, or for RL the longest prompt
     (memory.rl_prompt_tokens) + rl.rollout.sampling.max_new_tokens, rounded up to FP8's multiple as
@@ -453,6 +481,7 @@ def memory_plan(cfg: JobConfig, world_size: int, *, rl: bool = False, critic: bo
                 act_setting,
             )
         )
+        items += _weight_gradient_item(cfg)
         if stage == "last" or pp == 1:
             items.append(output)
         notes: list[str] = []

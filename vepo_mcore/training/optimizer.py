@@ -23,7 +23,9 @@ from vepo_mcore.parallel.device import has_cuda
 def wrap_model(model: torch.nn.Module, cfg: JobConfig):
     """Wrap this rank's GPTModel stage (in Float16Module under bf16) in megatron.core
     DistributedDataParallel and wire the model config for the schedules (grad finalisation,
-    per-token loss scaling)."""
+    per-token loss scaling). Gradients are reduced while backward runs where models/fusions.py
+    allows it (GPU, more than one data x context-parallel rank)."""
+    from megatron.core import parallel_state
     from megatron.core.distributed import (
         DistributedDataParallel,
         DistributedDataParallelConfig,
@@ -31,7 +33,12 @@ def wrap_model(model: torch.nn.Module, cfg: JobConfig):
     )
     from megatron.core.transformer.module import Float16Module
 
+    from vepo_mcore.models.fusions import gpu_fusions, log_fusions_off, machine
+
     config = model.config
+    dp_size = parallel_state.get_data_parallel_world_size(with_context_parallel=True)
+    fusions = gpu_fusions(cfg, **machine(), dp_size=dp_size)
+    log_fusions_off(fusions, "overlap_grad_reduce")
     if config.bf16 or config.fp16:
         # Megatron-LM's mixed-precision wrapper: every parameter in half precision (the local
         # spec's norms would stay fp32 otherwise), fp32 loss out of the last stage.
@@ -40,7 +47,7 @@ def wrap_model(model: torch.nn.Module, cfg: JobConfig):
     config.finalize_model_grads_func = finalize_model_grads
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True,
-        overlap_grad_reduce=False,
+        overlap_grad_reduce=fusions.settings["overlap_grad_reduce"],  # GPU, DP > 1: models/fusions.py
         use_distributed_optimizer=cfg.training.optimizer.use_distributed_optimizer,
         # Grads are summed over DP here and divided by the global token count in finalize_model_grads.
         average_in_collective=False,
