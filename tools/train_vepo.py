@@ -12,6 +12,7 @@ import sys
 from vepo_mcore.config import to_dict
 from vepo_mcore.config.cli import run_cli
 from vepo_mcore.config.job import job_from_cli
+from vepo_mcore.rl.losses import get_loss  # registers every loss: --help lists its rl.loss.<name> options
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -19,7 +20,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run:
         import yaml
 
-        from vepo_mcore.rl.losses import get_loss
         from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
         from vepo_mcore.training.memory_plan import memory_plan
         from vepo_mcore.training.preflight import report_launch_problems

@@ -46,11 +46,11 @@ SEEDED = ("vepo", "grpo")
 """The algorithms run on every seed (the claims compare them); the others run on the first."""
 FULL = "full"
 ABLATIONS: dict[str, tuple[str, str]] = {
-    "no_entropy_shaping": ("rl.loss.alpha", "0"),
-    "no_entropy_bonus": ("rl.loss.beta", "0"),
+    "no_entropy_shaping": ("rl.loss.vepo.alpha", "0"),
+    "no_entropy_bonus": ("rl.loss.vepo.beta", "0"),
     "tau1_ratio": ("rl.loss.ratio_mode", "untempered"),
     "symmetric_clip": ("rl.loss.eps_high", str(LossConfig().eps_low)),
-    "group_std": ("rl.loss.std_scope", "group"),
+    "group_std": ("rl.loss.vepo.std_scope", "group"),
     "seq_mean": ("rl.loss.loss_agg", "seq_mean"),
 }
 """VEPO with one part removed -> the one field (and value) that removes it: alpha = 0 (no entropy
@@ -184,7 +184,7 @@ class GridSetup:
         if run.algorithm == "dapo":
             flags += ["--rl.filtering.dynamic_sampling", "true"]
         if run.overlong:
-            flags += ["--rl.loss.overlong_buffer", str(self.overlong_buffer)]
+            flags += ["--rl.loss.dapo.overlong_buffer", str(self.overlong_buffer)]
         if run.variant != FULL:
             field_name, value = ABLATIONS[run.variant]
             flags += [f"--{field_name}", value]

@@ -116,8 +116,10 @@ def _rl_step(model, pp: int):
     from tests.dist.model_utils import VOCAB
     from vepo_mcore.config.rl import KLConfig, LossConfig
     from vepo_mcore.rl.losses.loss_func import rl_forward_step
+    from vepo_mcore.rl.losses.vepo import VEPOOptions
 
-    cfg = LossConfig(name="vepo", loss_agg="global_tokens", logprob_chunk_size=5, beta=0.01)
+    cfg = LossConfig(name="vepo", loss_agg="global_tokens", logprob_chunk_size=5,
+                     options={"vepo": VEPOOptions(beta=0.01)})  # fmt: skip
     step = partial(rl_forward_step, cfg=cfg, kl=KLConfig(estimator="k3", coef=0.1), vocab_size=VOCAB)
     model.config.calculate_per_token_loss = True
     model.zero_grad()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from vepo_mcore.config import JobConfig, load_config, parse_overrides, save_config, to_dict
+from vepo_mcore.config.base import field_docs
 from vepo_mcore.models.vocab import padded_vocab_size
+from vepo_mcore.rl.losses import LOSSES
+from vepo_mcore.rl.losses.dapo import DAPOOptions
+from vepo_mcore.rl.losses.vepo import VEPOOptions
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "configs"
 
@@ -79,7 +84,11 @@ def test_a_dotted_key_of_a_mapping_adds_to_it():
         (["--model.num_layers", "two"], "model.num_layers"),
         (["--model.nmu_layers", "2"], "nmu_layers"),
         (["--rl.rollout.sampling.temperature", "0"], "rl.rollout.sampling.temperature"),
-        (["--rl.loss.std_scope", "batch"], "rl.loss.std_scope"),
+        (["--rl.loss.vepo.std_scope", "batch"], "rl.loss.vepo.std_scope"),
+        (["--rl.loss.vepo.gamma", "2"], "rl.loss.vepo.gamma"),
+        (["--rl.loss.vepo.aplha", "0.1"], "rl.loss.vepo: unknown key"),
+        (["--rl.loss.name", "dapo", "--rl.loss.dapo.overlong_buffer", "-1"], "rl.loss.dapo.overlong_buffer"),
+        (["--rl.loss.alpha", "0.1"], "did you mean 'vepo.alpha'"),  # a loss's option lives in its section
         (["--rl.loss.logprob_chunk_size", "0"], "rl.loss.logprob_chunk_size"),
         (
             ["--rl.filtering.num_candidates", "2", "--rl.filtering.group_size", "4"],
@@ -94,6 +103,43 @@ def test_a_dotted_key_of_a_mapping_adds_to_it():
 def test_bad_configs_raise_value_errors_naming_the_field(overrides, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         load_config(JobConfig, EXAMPLES / "tiny.yaml", overrides)
+
+
+def test_each_loss_has_its_own_section_from_yaml_and_dotted_flags(tmp_path):
+    """rl.loss holds what every loss shares; rl.loss.<name> the options registered with that loss.
+    A section of a loss not selected is type-checked and kept, not validated: one flag switches."""
+    (tmp_path / "rl.yaml").write_text(
+        "rl:\n  loss:\n    name: vepo\n    eps_high: 0.3\n    vepo:\n      alpha: 0.2\n"
+        "    dapo:\n      overlong_buffer: -1\n"  # dapo is not selected: not validated
+    )
+    cfg = load_config(JobConfig, tmp_path / "rl.yaml", ["--rl.loss.vepo.beta", "0.01"])
+    assert cfg.rl.loss.options_of() == VEPOOptions(alpha=0.2, beta=0.01)
+    assert cfg.rl.loss.options_of("dapo") == DAPOOptions(overlong_buffer=-1)
+    assert to_dict(cfg.rl.loss)["vepo"] == {
+        "alpha": 0.2,
+        "gamma": 0.995,
+        "beta": 0.01,
+        "std_scope": "microbatch",
+    }
+    save_config(cfg, tmp_path / "saved.yaml")
+    assert load_config(JobConfig, tmp_path / "saved.yaml") == cfg
+    with pytest.raises(ValueError, match=r"rl\.loss\.dapo\.overlong_buffer must be >= 0"):
+        load_config(JobConfig, tmp_path / "rl.yaml", ["--rl.loss.name", "dapo"])
+    dapo = load_config(
+        JobConfig, tmp_path / "rl.yaml", ["--rl.loss.name", "dapo", "--rl.loss.dapo.overlong_buffer", "16"]
+    )
+    assert dapo.rl.loss.options_of().overlong_buffer == 16 and dapo.rl.loss.eps_high == 0.3
+    # the selected loss's defaults are written out, so a saved config holds every value a run used
+    assert to_dict(load_config(JobConfig, None, ["--rl.loss.name", "ppo"]).rl.loss)["ppo"]["lam"] == 0.95
+
+
+@pytest.mark.parametrize("name", sorted(n for n, spec in LOSSES.items() if spec.options is not None))
+def test_each_loss_options_are_a_documented_kw_only_dataclass(name):
+    options = LOSSES[name].options
+    assert dataclasses.is_dataclass(options) and all(f.kw_only for f in dataclasses.fields(options))
+    fields = {f.name for f in dataclasses.fields(options)}
+    assert fields and set(field_docs(options)) == fields, f"rl.loss.{name}: a field without a docstring"
+    options().validate()  # the defaults are valid
 
 
 def test_world_size_checks():

@@ -16,6 +16,7 @@ import torch.fx.experimental._config as fx_config
 
 from vepo_mcore.config.rl import LossConfig
 from vepo_mcore.rl.experience import Experience
+from vepo_mcore.rl.losses.ppo import PPOOptions
 
 META = torch.device("meta")
 
@@ -56,7 +57,7 @@ def test_critic_loss_func_values_on_cpu_match_a_float64_reference():
 
     micro = _critic_micro("cpu")
     values = torch.randn(2, 5, 1, generator=torch.Generator().manual_seed(1))
-    clip = LossConfig().value_clip
+    clip = PPOOptions().value_clip
     _, loss_func = critic_forward_step(
         iter([micro]), lambda *a: values, loss_cfg=LossConfig(loss_agg="tokens")
     )

@@ -13,6 +13,9 @@ from vepo_mcore.config.rl import KLConfig, LossConfig
 from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.logprobs import logprobs_and_entropy
 from vepo_mcore.rl.losses import LOSSES, compute_advantages, compute_loss, get_loss
+from vepo_mcore.rl.losses.dapo import DAPOOptions
+from vepo_mcore.rl.losses.ppo import PPOOptions
+from vepo_mcore.rl.losses.vepo import VEPOOptions
 
 # the 2x3 example: two responses to one prompt, the second one token shorter
 MASK = [[1, 1, 1], [1, 1, 0]]
@@ -79,7 +82,7 @@ def test_vepo_hand_2x3():
 
 def test_vepo_entropy_gradient_is_only_the_bonus():
     batch = _batch()
-    loss, _ = compute_loss(batch, LossConfig(name="vepo", beta=0.01))
+    loss, _ = compute_loss(batch, LossConfig(name="vepo", options={"vepo": VEPOOptions(beta=0.01)}))
     loss.backward()
     # the shaping uses sg(H): d loss / d H = -beta / N on response tokens, 0 on padding
     expected = torch.tensor([[-0.002, -0.002, -0.002], [-0.002, -0.002, 0.0]], dtype=torch.float64)
@@ -172,7 +175,7 @@ def _hand_gae(rewards, values, mask, gamma, lam):
 def test_ppo_hand_2x3_policy_and_value_loss():
     old_values = [[0.3, 0.1, 0.6], [-0.2, 0.4, 0.0]]
     values = [[0.5, 0.0, 0.9], [-0.2, 0.1, 0.0]]
-    cfg = LossConfig(name="ppo", gae_gamma=0.9, gae_lambda=0.8)
+    cfg = LossConfig(name="ppo", options={"ppo": PPOOptions(gamma=0.9, lam=0.8)})
     batch = _batch(
         old_values=torch.tensor(old_values, dtype=torch.float64),
         values=torch.tensor(values, dtype=torch.float64, requires_grad=True),
@@ -208,7 +211,7 @@ def test_vepo_without_entropy_terms_equals_dapo_when_no_group_is_constant():
     )
     grads = []
     for name, extra in (
-        ("vepo", dict(alpha=0.0, beta=0.0, std_scope="group")),
+        ("vepo", dict(options={"vepo": VEPOOptions(alpha=0.0, beta=0.0, std_scope="group")})),
         ("dapo", dict()),
     ):
         logp = old + 0.4 * torch.randn(b, t, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
@@ -258,7 +261,7 @@ def test_dapo_overlong_shaping_changes_advantages():
         group_ids=torch.tensor([0, 0]),
         max_response_length=4,
     )
-    cfg = LossConfig(name="dapo", overlong_buffer=2, overlong_penalty=1.0)
+    cfg = LossConfig(name="dapo", options={"dapo": DAPOOptions(overlong_buffer=2, overlong_penalty=1.0)})
     adv = compute_advantages(batch, cfg)
     # lengths 2 (no penalty) and 4 (= L_max: -1): rewards 1 and 0 -> +-0.707
     assert adv[0, 0] > 0.7 and adv[1, 0] < -0.7
@@ -270,7 +273,7 @@ def test_clip_fractions_count_only_response_tokens_on_the_clipping_side():
     adv = torch.tensor([[-1.0, 1.0, 1.0, -1.0, 1.0, -1.0, 1.0, 1.0]])
     mask = torch.tensor([[1, 1, 1, 1, 1, 1, 1, 0]], dtype=torch.bool)
     batch = RLBatch(logp=torch.log(ratios), old_logp=old, mask=mask, advantages=adv)
-    _, m = compute_loss(batch, LossConfig(name="vepo", alpha=0.0, beta=0.0))
+    _, m = compute_loss(batch, LossConfig(name="vepo", options={"vepo": VEPOOptions(alpha=0.0, beta=0.0)}))
     # low: (0.5, A<0) and (0.79, A<0); high: (1.5, A>0) and (1.29, A>0); the last 1.5 is padding
     _close(m["rl/clip_frac_low"], 2 / 7)
     _close(m["rl/clip_frac_high"], 2 / 7)
@@ -305,7 +308,8 @@ def test_micro_batch_split_invariance_under_global_tokens(name, precompute):
     With precompute=False each micro-batch computes its own group-normalised advantages, which is
     invariant because the split keeps whole groups (3 responses each) together."""
     fields, logp0, ent0 = _random_batch()
-    cfg = LossConfig(name=name, loss_agg="global_tokens", std_scope="group")
+    # only the vepo section is read (by vepo); the other losses ignore it
+    cfg = LossConfig(name=name, loss_agg="global_tokens", options={"vepo": VEPOOptions(std_scope="group")})
     kl = KLConfig(estimator="k3", coef=0.05)
     n_tokens = float(fields["mask"].sum())
     whole = RLBatch(logp=logp0, entropy=ent0, global_num_tokens=n_tokens, **fields)
@@ -361,7 +365,9 @@ def test_entropy_bonus_moves_entropy_of_a_tiny_policy(beta, direction):
         group_ids=torch.tensor([0, 1]),
         temperature=0.8,
     )
-    loss, _ = compute_loss(batch, LossConfig(name="vepo", beta=beta, std_scope="group"))
+    loss, _ = compute_loss(
+        batch, LossConfig(name="vepo", options={"vepo": VEPOOptions(beta=beta, std_scope="group")})
+    )
     opt = torch.optim.SGD(policy.parameters(), lr=0.5)
     opt.zero_grad()
     loss.backward()

@@ -14,6 +14,7 @@ from vepo_mcore.config.rollout_correction import RolloutCorrectionConfig
 from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.experience import make_experience
 from vepo_mcore.rl.losses import compute_loss
+from vepo_mcore.rl.losses.vepo import VEPOOptions
 from vepo_mcore.rl.rollout_correction import rollout_correction
 from vepo_mcore.rl.trainer import rollout_is_weights
 from vepo_mcore.translation.sample import Sample
@@ -157,7 +158,7 @@ def test_losses_weigh_each_tokens_surrogate(name):
     mask[2, 3:] = False
     adv = torch.randn(4, 5, generator=g)
     weights = torch.rand(4, 5, generator=g) * 2 * mask
-    cfg = LossConfig(name=name, alpha=0.0, beta=0.0)
+    cfg = LossConfig(name=name, options={"vepo": VEPOOptions(alpha=0.0, beta=0.0)})  # read by vepo only
 
     def pg(w):
         batch = RLBatch(logp=logp, old_logp=old, mask=mask, advantages=adv, entropy=torch.zeros(4, 5),

@@ -22,7 +22,7 @@ from recipes.toy.grid import (
     read_heldout,
     read_histories,
 )
-from vepo_mcore.config import JobConfig
+from vepo_mcore.config import JobConfig, to_dict
 from vepo_mcore.config.job import job_from_cli
 from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
 from vepo_mcore.training.logging import read_metrics
@@ -78,7 +78,7 @@ def test_every_run_is_a_valid_rl_config(run, tmp_path):
     assert (cfg.rl.mini_batches, cfg.rl.ppo_epochs, cfg.training.micro_batch_size) == (4, 1, 8)
     assert (cfg.rl.filtering.num_candidates, cfg.rl.filtering.group_size) == (8, 4)
     assert cfg.rl.filtering.dynamic_sampling == (run.algorithm == "dapo")
-    assert cfg.rl.loss.overlong_buffer == (16 if run.overlong else 0)
+    assert cfg.rl.loss.options_of("dapo").overlong_buffer == (16 if run.overlong else 0)
     assert cfg.rl.loss.ratio_mode == ("untempered" if run.variant == "tau1_ratio" else "tempered")
     assert cfg.training.logging.metrics_jsonl == str(tmp_path / run.name / "metrics.jsonl")
     assert cfg.training.checkpoint.save == str(tmp_path / run.name / "checkpoint")
@@ -93,7 +93,7 @@ def test_every_run_is_a_valid_rl_config(run, tmp_path):
 
 def _leaves(tree, prefix=""):
     if dataclasses.is_dataclass(tree):
-        tree = {f.name: getattr(tree, f.name) for f in dataclasses.fields(tree)}
+        tree = to_dict(tree)  # as YAML and dotted flags write it: rl.loss.vepo.alpha
     if isinstance(tree, dict):
         return {k: v for key, value in tree.items() for k, v in _leaves(value, f"{prefix}{key}.").items()}
     return {prefix[:-1]: tree}

@@ -15,8 +15,11 @@ from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.logprobs import policy_logprobs_and_entropy
 from vepo_mcore.rl.losses import compute_loss
 from vepo_mcore.rl.losses.common import policy_loss, policy_ratio
+from vepo_mcore.rl.losses.vepo import VEPOOptions
 
 FULL = LossConfig(name="vepo")
+VEPO = VEPOOptions()
+"""The full loss's own options (rl.loss.vepo); FULL holds the shared ones (rl.loss)."""
 LENGTHS = [5, 3, 4, 5, 2, 4]
 RATIOS = [0.6, 0.85, 1.0, 1.1, 1.25, 1.4]
 
@@ -40,12 +43,15 @@ def _batch(lengths=LENGTHS) -> RLBatch:
 
 
 def _loss(batch: RLBatch, **change):
-    return compute_loss(batch, dataclasses.replace(FULL, **change))
+    """The full loss with one field changed, of rl.loss (eps_high, loss_agg) or rl.loss.vepo (alpha, ...)."""
+    own = {key: change.pop(key) for key in list(change) if hasattr(VEPO, key)}
+    options = {"vepo": dataclasses.replace(VEPO, **own)}
+    return compute_loss(batch, dataclasses.replace(FULL, options=options, **change))
 
 
 def _shaped(batch: RLBatch, std_scope: str = "microbatch") -> torch.Tensor:
     base = group_normalized_advantages(batch.rewards, batch.mask, batch.group_ids, std_scope, FULL.adv_eps)
-    return entropy_shaped_advantages(base, batch.entropy, batch.mask, FULL.alpha, FULL.gamma)
+    return entropy_shaped_advantages(base, batch.entropy, batch.mask, VEPO.alpha, VEPO.gamma)
 
 
 def _same(a, b, keys):
@@ -60,7 +66,7 @@ ADV_KEYS = ("rl/adv_mean", "rl/adv_std", "rl/adv_min", "rl/adv_max")
 def test_full_vepo_is_the_formula_the_ablations_change():
     batch = _batch()
     loss, _ = _loss(batch)
-    ref, _ = policy_loss(batch, FULL, None, _shaped(batch), entropy_coef=FULL.beta)
+    ref, _ = policy_loss(batch, FULL, None, _shaped(batch), entropy_coef=VEPO.beta)
     torch.testing.assert_close(loss, ref, atol=1e-12, rtol=0)
 
 
@@ -68,7 +74,7 @@ def test_no_entropy_shaping_gives_grpo_advantages_with_the_micro_batch_std():
     batch = _batch()
     loss, metrics = _loss(batch, alpha=0.0)
     grpo_microbatch = group_normalized_advantages(batch.rewards, batch.mask, batch.group_ids, "microbatch")
-    ref, ref_metrics = policy_loss(batch, FULL, None, grpo_microbatch, entropy_coef=FULL.beta)
+    ref, ref_metrics = policy_loss(batch, FULL, None, grpo_microbatch, entropy_coef=VEPO.beta)
     torch.testing.assert_close(loss, ref, atol=1e-12, rtol=0)
     _same(metrics, ref_metrics, ADV_KEYS)
     full_loss, full_metrics = _loss(batch)
@@ -95,7 +101,7 @@ def test_symmetric_clip_is_eps_high_equal_to_eps_low():
     batch = _batch()
     loss, metrics = _loss(batch, eps_high=FULL.eps_low)
     ref, ref_metrics = policy_loss(
-        batch, FULL, None, _shaped(batch), symmetric_clip=True, entropy_coef=FULL.beta
+        batch, FULL, None, _shaped(batch), symmetric_clip=True, entropy_coef=VEPO.beta
     )
     torch.testing.assert_close(loss, ref, atol=1e-12, rtol=0)
     full_loss, full_metrics = _loss(batch)
@@ -107,7 +113,7 @@ def test_symmetric_clip_is_eps_high_equal_to_eps_low():
 def test_group_std_changes_only_the_advantage_scale():
     batch = _batch()
     loss, metrics = _loss(batch, std_scope="group")
-    ref, _ = policy_loss(batch, FULL, None, _shaped(batch, "group"), entropy_coef=FULL.beta)
+    ref, _ = policy_loss(batch, FULL, None, _shaped(batch, "group"), entropy_coef=VEPO.beta)
     torch.testing.assert_close(loss, ref, atol=1e-12, rtol=0)
     _, full_metrics = _loss(batch)
     assert abs(float(metrics["rl/adv_std"] - full_metrics["rl/adv_std"])) > 1e-4
@@ -119,7 +125,7 @@ def test_sequence_mean_equals_token_mean_on_equal_lengths_only():
     torch.testing.assert_close(_loss(equal, loss_agg="seq_mean")[0], _loss(equal)[0], atol=1e-12, rtol=0)
     batch = _batch()
     loss, metrics = _loss(batch, loss_agg="seq_mean")
-    ref, _ = policy_loss(batch, FULL, None, _shaped(batch), agg="seq_mean", entropy_coef=FULL.beta)
+    ref, _ = policy_loss(batch, FULL, None, _shaped(batch), agg="seq_mean", entropy_coef=VEPO.beta)
     torch.testing.assert_close(loss, ref, atol=1e-12, rtol=0)
     full_loss, full_metrics = _loss(batch)
     assert abs(float(full_loss - loss)) > 1e-4

@@ -93,22 +93,48 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
     """Build dataclass ``cls`` from a nested dict; unknown keys raise a ValueError naming them."""
     hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - names)
+    holder, registry = _sections_field(cls)
+    sections = {}
+    if holder is not None:  # its subsections are written inline: a mapping under a name that is no field
+        names.discard(holder)
+        sections = {k: v for k, v in data.items() if k not in names and isinstance(v, dict)}
+    unknown = sorted(set(data) - names - set(sections))
     if unknown:
         where = path or cls.__name__
         close = [m for key in unknown for m in difflib.get_close_matches(str(key), names, n=1)]
+        close += [f"{name}.{key}" for key in unknown for name, section in (registry or {}).items()
+                  if key in {f.name for f in dataclasses.fields(section)}]  # fmt: skip
         hint = f"; did you mean {', '.join(repr(m) for m in close)}?" if close else ""
         raise ValueError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(names)}{hint}")
     kwargs = {
-        key: _convert(value, hints[key], f"{path}.{key}" if path else key) for key, value in data.items()
+        key: _convert(value, hints[key], f"{path}.{key}" if path else key)
+        for key, value in data.items()
+        if key not in sections
     }
+    if holder is not None:
+        kwargs[holder] = sections
     return cls(**kwargs)
+
+
+def _sections_field(cls: type) -> tuple[str | None, dict[str, type] | None]:
+    """(name, registry) of the field of `cls` that holds named subsections written inline, e.g.
+    LossConfig.options: rl.loss.vepo.alpha is options['vepo'].alpha. Its metadata 'sections' is the
+    registry of their dataclasses by name (filled at import by what defines them); the section class
+    types and checks its subsections itself. (None, None) when `cls` has no such field."""
+    for f in dataclasses.fields(cls):
+        if "sections" in f.metadata:
+            return f.name, f.metadata["sections"]
+    return None, None
 
 
 def to_dict(cfg: Any) -> Any:
     """Plain nested dict (lists, dicts, scalars) of a dataclass tree, ready for YAML/JSON."""
     if dataclasses.is_dataclass(cfg):
-        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init}
+        out = {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init}
+        holder, _ = _sections_field(type(cfg))
+        if holder is not None:  # written inline, as from_dict reads them
+            out.update(out.pop(holder))
+        return out
     if isinstance(cfg, (list, tuple)):
         return [to_dict(v) for v in cfg]
     if isinstance(cfg, dict):
@@ -238,6 +264,11 @@ def config_help(cls: type, sections: tuple[str, ...] | None = None, prefix: str 
     defaults = cls()
     for f in dataclasses.fields(cls):
         if not f.init or (sections is not None and not prefix and f.name not in sections):
+            continue
+        if "sections" in f.metadata:  # the registered subsections, each under its own name
+            for name, section in sorted(f.metadata["sections"].items()):
+                doc = " ".join((section.__doc__ or "").split()).split(". ")[0].rstrip(".")
+                lines += [f"{prefix}{name}: {doc}", *config_help(section, prefix=f"{prefix}{name}.")]
             continue
         name, value = f"{prefix}{f.name}", getattr(defaults, f.name)
         doc = docs.get(f.name, "").split(". ")[0].rstrip(".")

@@ -6,13 +6,27 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from vepo_mcore.config.base import from_dict
 from vepo_mcore.config.rewards import FilterConfig, RewardsConfig
 from vepo_mcore.config.rollout_correction import RolloutCorrectionConfig
+
+LOSS_OPTIONS: dict[str, type] = {}
+"""The options dataclass of each loss that has options, by loss name: what a section
+rl.loss.<loss name> holds. vepo_mcore.rl.losses.register_loss fills it (the losses sit in a layer
+above the config, so the config learns their options from them, never imports them)."""
+
+
+def register_loss_options(name: str, options: type) -> None:
+    """Make `options` (a kw_only dataclass) the type of the config section rl.loss.<name>."""
+    if name in LOSS_OPTIONS:
+        raise ValueError(f"loss options {name!r} are already registered by {LOSS_OPTIONS[name].__module__}")
+    LOSS_OPTIONS[name] = options
 
 
 @dataclass(kw_only=True)
 class LossConfig:
-    """Policy loss: any registered algorithm (vepo, ppo, grpo, dapo, rloo, reinforce_pp)."""
+    """Policy loss: any registered algorithm (vepo, ppo, grpo, dapo, rloo, reinforce_pp). The fields
+    here are what every loss shares; each loss's own options are its section rl.loss.<loss name>."""
 
     name: str = "vepo"
     """Registered loss name."""
@@ -20,25 +34,19 @@ class LossConfig:
     """'tempered' r = exp(logp_tau - old_logp_tau); 'scaled' = exp((logp - old_logp) / tau) (appendix);
     'untempered' = exp(logp - old_logp) at tau 1 although the samples come from pi^tau (what a trainer
     without temperature consistency computes; the ablation of VEPO's temperature-consistent ratio).
-    The entropy (shaping and bonus) is the sampling policy's, at tau, in every mode."""
+    The entropy (shaping and bonus) is the sampling policy's, at tau, in every mode. Shared: it decides
+    how the log-probs every loss reads are taken."""
     eps_low: float = 0.20
     """Lower clip range: r >= 1 - eps_low."""
     eps_high: float = 0.28
-    """Upper clip range (clip-higher): r <= 1 + eps_high."""
+    """Upper clip range (clip-higher): r <= 1 + eps_high. PPO, GRPO, RLOO and REINFORCE++ clip
+    symmetrically at eps_low."""
     dual_clip: float | None = None
     """PPO dual-clip constant c > 1 (verl's clip_ratio_c, 3.0 there): for A < 0 the surrogate is bounded
     below by c * A, so a huge ratio on a bad token cannot dominate the batch. None = off (the paper's
     loss has no dual clip)."""
-    alpha: float = 0.1
-    """Entropy-shaped advantage strength."""
-    gamma: float = 0.995
-    """Position decay of the entropy shaping."""
-    beta: float = 0.001
-    """Entropy bonus coefficient (with gradient)."""
-    std_scope: Literal["microbatch", "group", "global"] = "microbatch"
-    """Where the reward std for advantage normalisation is taken."""
     adv_eps: float = 1e-6
-    """Epsilon in the advantage denominator."""
+    """Epsilon in the advantage denominator (group normalisation, whitening)."""
     loss_agg: Literal["tokens", "global_tokens", "seq_mean"] = "tokens"
     """'tokens' = mean over micro-batch response tokens; 'global_tokens' = sum over tokens divided by
     the global batch's token count (RLBatch.global_num_tokens; sum micro-batch losses, do not average);
@@ -54,18 +62,50 @@ class LossConfig:
     the cost of recomputing each chunk's output GEMM in backward (output layer + loss took 1.2-1.3x
     the logits path's CPU time at 512 tokens x 152k vocab). False: logits, then the fused log-prob.
     The old/reference log-prob passes (no backward) always run chunked."""
-    value_clip: float = 0.2
-    """PPO: value-function clip range."""
-    gae_gamma: float = 1.0
-    """PPO: GAE discount."""
-    gae_lambda: float = 0.95
-    """PPO: GAE lambda."""
-    value_coef: float = 0.5
-    """PPO: value loss coefficient."""
-    overlong_buffer: int = 0
-    """DAPO: soft overlong punishment buffer length in tokens (0 = off)."""
-    overlong_penalty: float = 1.0
-    """DAPO: maximal overlong penalty."""
+    options: dict[str, Any] = field(default_factory=dict, metadata={"sections": LOSS_OPTIONS})
+    """Each loss's own options by loss name, written as the sections rl.loss.<loss name>
+    (--rl.loss.vepo.alpha 0.1, --rl.loss.dapo.overlong_buffer 16), each of the dataclass registered
+    with that loss. Sections of losses other than rl.loss.name are type-checked and kept but not
+    validated or used: as in verl's and Megatron's configs, where every algorithm's options sit side by
+    side, one config can carry several losses' settings and one flag (--rl.loss.name) switches."""
+
+    def __post_init__(self) -> None:
+        # Sections of registered losses become their dataclasses (an unknown or mistyped key is a
+        # ValueError naming rl.loss.<name>.<key>); the selected loss's defaults are written out, so a
+        # saved config.yaml holds every value the run used. A section of a loss not registered yet
+        # stays a mapping until options_of (vepo_mcore.rl.losses.check_loss_options names strays).
+        options = {name: self._typed(name, section) for name, section in self.options.items()}
+        if self.name in LOSS_OPTIONS and self.name not in options:
+            options[self.name] = LOSS_OPTIONS[self.name]()
+        self.options = options
+
+    @staticmethod
+    def _typed(name: str, section: Any) -> Any:
+        cls = LOSS_OPTIONS.get(name)
+        if cls is None or isinstance(section, cls):
+            return section
+        if not isinstance(section, dict):
+            raise ValueError(f"rl.loss.{name}: expected a mapping of {cls.__name__}, got {section!r}")
+        return from_dict(cls, section, f"rl.loss.{name}")
+
+    def options_of(self, name: str | None = None) -> Any:
+        """The options of loss `name` (default: rl.loss.name): its section, or its options dataclass's
+        defaults where the config has none. A ValueError for a loss that registered no options."""
+        name = self.name if name is None else name
+        if name not in LOSS_OPTIONS:
+            raise ValueError(
+                f"rl.loss.{name}: no registered loss {name!r} has options; "
+                f"losses with options: {sorted(LOSS_OPTIONS)}"
+            )
+        return self._typed(name, self.options.get(name, {}))
+
+    def validate(self) -> None:
+        """The selected loss's section, by its options' validate() (the other sections are only
+        type-checked: see `options`)."""
+        if self.name in LOSS_OPTIONS:
+            validate = getattr(self.options_of(), "validate", None)
+            if validate is not None:
+                validate()
 
 
 @dataclass(kw_only=True)
@@ -212,8 +252,7 @@ class RLConfig:
     def validate(self) -> None:
         # rl.loss.name is checked against the loss registry, a layer above the config, by
         # rl.trainer.rl_job_config (every RL launch and --dry-run).
-        if self.loss.overlong_buffer < 0:
-            raise ValueError(f"rl.loss.overlong_buffer must be >= 0, got {self.loss.overlong_buffer}")
+        self.loss.validate()
         if self.kl.coef < 0:
             raise ValueError(f"rl.kl.coef must be >= 0, got {self.kl.coef}")
         from vepo_mcore.languages import sentence_range

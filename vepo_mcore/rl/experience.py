@@ -240,10 +240,11 @@ def critic_forward_step(data_iterator: Iterator[Experience], model, *, loss_cfg:
     mb = next(data_iterator)
     values = model(mb.tokens, mb.position_ids, None)
     agg = "tokens" if loss_cfg.loss_agg == "global_tokens" else loss_cfg.loss_agg
+    value_clip = loss_cfg.options_of("ppo").value_clip
 
     def loss_func(output):
         v = output[..., 0].float()
-        loss, clip_frac = value_loss(v, mb.old_values, mb.returns, mb.loss_mask, loss_cfg.value_clip, agg)
+        loss, clip_frac = value_loss(v, mb.old_values, mb.returns, mb.loss_mask, value_clip, agg)
         if loss_cfg.loss_agg == "global_tokens":  # same per-token contract as rl_loss_func
             n = mb.loss_mask.sum()
             return loss * n, n.to(torch.int), {"loss": torch.stack([(loss * n).detach(), n.float()])}

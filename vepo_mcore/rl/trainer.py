@@ -34,7 +34,7 @@ from vepo_mcore.parallel.device import device
 from vepo_mcore.rewards.rlvr import check_weights, rlvr_reward
 from vepo_mcore.rl import experience as xp
 from vepo_mcore.rl.filtering import dynamic_sampling, filter_candidates
-from vepo_mcore.rl.losses import get_loss
+from vepo_mcore.rl.losses import check_loss_options, get_loss
 from vepo_mcore.rl.losses.loss_func import rl_forward_step
 from vepo_mcore.rl.rollout_correction import rollout_correction
 from vepo_mcore.rm import reward as _rm_term  # noqa: F401  (registers the reward term `rm`)
@@ -312,11 +312,14 @@ def rl_job_config(cfg: JobConfig) -> JobConfig:
     """The config as the RL loop runs it: training.global_batch_size = responses per optimizer step
     (prompts_per_step * group_size / mini_batches), LR decay over all optimizer steps of the run
     (RL steps x epochs x mini-batches) unless set. An unregistered rl.loss.name or reward term of
-    rl.rewards.weights is a ValueError."""
+    rl.rewards.weights, or a section rl.loss.<name> of no registered loss, is a ValueError. Each loss's
+    section is typed, the selected one's defaults written out (all losses are registered here)."""
     get_loss(cfg.rl.loss.name)
+    check_loss_options(cfg.rl.loss)
     check_weights(cfg.rl.rewards)
     cfg = copy.deepcopy(cfg)
     rl = cfg.rl
+    rl.loss = dataclasses.replace(rl.loss)  # sections read before the losses registered become typed
     cfg.training.global_batch_size = max(rl.prompts_per_step * rl.filtering.group_size // rl.mini_batches, 1)
     if cfg.training.scheduler.decay_iters is None:
         steps = cfg.training.train_iters * cfg.rl.ppo_epochs * cfg.rl.mini_batches

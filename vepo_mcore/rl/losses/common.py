@@ -107,7 +107,9 @@ def policy_loss(
     metrics: dict = {"rl/pg_loss": pg.detach()}
     if entropy_coef != 0.0:
         if batch.entropy is None:
-            raise ValueError("this loss has an entropy bonus (rl.loss.beta != 0) but RLBatch.entropy is None")
+            raise ValueError(
+                "this loss has an entropy bonus (e.g. rl.loss.vepo.beta != 0) but RLBatch.entropy is None"
+            )
         bonus = aggregate(batch.entropy, batch, agg)
         loss = loss - entropy_coef * bonus
         metrics["rl/entropy_bonus"] = (entropy_coef * bonus).detach()

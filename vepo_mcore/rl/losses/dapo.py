@@ -1,6 +1,6 @@
 """DAPO: clip-higher, token-level loss, dynamic sampling, overlong reward shaping.
 
-    R'_i = R_i + overlong_penalty(|o_i|)                   (when rl.loss.overlong_buffer > 0)
+    R'_i = R_i + overlong_penalty(|o_i|)                   (when rl.loss.dapo.overlong_buffer > 0)
     A_i  = (R'_i - mean_group) / (std_group + eps)          on every token of response i
     loss = -(1/N) sum_t min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) [+ KL]
 
@@ -15,6 +15,7 @@ max_response_length for the overlong shaping; ref_logp for KL.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
@@ -25,17 +26,34 @@ from vepo_mcore.rl.losses.common import policy_loss, rewards_with_kl
 from vepo_mcore.rl.losses.registry import register_loss
 
 
+@dataclass(kw_only=True)
+class DAPOOptions:
+    """DAPO's own options (rl.loss.dapo): the soft overlong punishment."""
+
+    overlong_buffer: int = 0
+    """Soft overlong punishment buffer length in tokens before the response cap (0 = off)."""
+    overlong_penalty: float = 1.0
+    """Maximal overlong penalty, reached at the cap."""
+
+    def validate(self) -> None:
+        if self.overlong_buffer < 0:
+            raise ValueError(f"rl.loss.dapo.overlong_buffer must be >= 0, got {self.overlong_buffer}")
+        if self.overlong_penalty < 0:
+            raise ValueError(f"rl.loss.dapo.overlong_penalty must be >= 0, got {self.overlong_penalty}")
+
+
 def dapo_rewards(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> torch.Tensor:
     """Rewards with the soft overlong punishment added (and the KL penalty when it goes in the reward)."""
     rewards = rewards_with_kl(batch, kl, "loss", "dapo")
-    if cfg.overlong_buffer > 0:
+    opts: DAPOOptions = cfg.options_of("dapo")
+    if opts.overlong_buffer > 0:
         if batch.max_response_length is None:
-            raise ValueError("rl.loss.overlong_buffer > 0 needs RLBatch.max_response_length")
+            raise ValueError("rl.loss.dapo.overlong_buffer > 0 needs RLBatch.max_response_length")
         if rewards.dim() != 1:
             raise ValueError("DAPO overlong shaping needs sequence rewards [B], got per-token rewards")
         lengths = batch.response_lengths if batch.response_lengths is not None else batch.mask.sum(1)
         rewards = rewards + overlong_penalty(
-            lengths, batch.max_response_length, cfg.overlong_buffer, cfg.overlong_penalty
+            lengths, batch.max_response_length, opts.overlong_buffer, opts.overlong_penalty
         )
     return rewards
 
@@ -54,7 +72,7 @@ def dapo_keep(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> to
     return dynamic_sampling_keep(dapo_rewards(batch, cfg, kl), batch.group_ids)
 
 
-@register_loss("dapo", advantages=dapo_advantages, keep=dapo_keep)
+@register_loss("dapo", advantages=dapo_advantages, keep=dapo_keep, options=DAPOOptions)
 def dapo_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:
     adv = batch.advantages if batch.advantages is not None else dapo_advantages(batch, cfg, kl)
     kept_frac = None

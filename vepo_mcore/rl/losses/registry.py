@@ -1,4 +1,4 @@
-"""The loss registry: `@register_loss("name", advantages=fn)`.
+"""The loss registry: `@register_loss("name", advantages=fn, options=NameOptions)`.
 
 A loss is `loss_fn(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> (loss, metrics)`.
 Its advantage function `advantages_fn(batch, cfg, kl) -> [B, T]` is registered beside it so the
@@ -7,6 +7,11 @@ splitting it into micro-batches; a loss given a batch without advantages compute
 Likewise an optional `keep_fn(batch, cfg, kl) -> [B] bool | None` (DAPO's dynamic sampling) decides
 on the whole batch which responses the loss trains on (RLBatch.keep): a group split over
 micro-batches is never whole inside one.
+
+A loss's own options are a `@dataclass(kw_only=True)` beside it (a docstring on every field, a
+`validate()` raising ValueErrors that name rl.loss.<name>.<field>), registered with it: the config
+section rl.loss.<name> (`--rl.loss.vepo.alpha 0.1`); the loss reads it as `cfg.options_of("name")`.
+Adding a loss is its file plus one import line in losses/__init__.py.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vepo_mcore.config.rl import KLConfig, LossConfig
+from vepo_mcore.config.rl import LOSS_OPTIONS, KLConfig, LossConfig, register_loss_options
 from vepo_mcore.rl.batch import RLBatch
 
 LossFn = Callable[..., tuple[torch.Tensor, dict]]
@@ -34,19 +39,27 @@ class LossSpec:
     advantages_fn: AdvantageFn
     keep_fn: KeepFn | None = None
     needs_critic: bool = False
+    options: type | None = None
+    """The dataclass of its config section rl.loss.<name>; None = a loss without options."""
 
 
 LOSSES: dict[str, LossSpec] = {}
 
 
 def register_loss(
-    name: str, advantages: AdvantageFn, keep: KeepFn | None = None, needs_critic: bool = False
+    name: str,
+    advantages: AdvantageFn,
+    keep: KeepFn | None = None,
+    needs_critic: bool = False,
+    options: type | None = None,
 ) -> Callable[[LossFn], LossFn]:
 
     def wrap(fn: LossFn) -> LossFn:
         if name in LOSSES:
             raise ValueError(f"loss {name!r} is already registered by {LOSSES[name].loss_fn.__module__}")
-        LOSSES[name] = LossSpec(name, fn, advantages, keep, needs_critic)
+        if options is not None:
+            register_loss_options(name, options)
+        LOSSES[name] = LossSpec(name, fn, advantages, keep, needs_critic, options)
         return fn
 
     return wrap
@@ -56,6 +69,20 @@ def get_loss(name: str) -> LossSpec:
     if name not in LOSSES:
         raise ValueError(f"unknown rl.loss.name {name!r}; known: {sorted(LOSSES)}")
     return LOSSES[name]
+
+
+def check_loss_options(cfg: LossConfig) -> None:
+    """Every section rl.loss.<name> belongs to a registered loss with options and type-checks; the
+    selected loss's section validates. ValueErrors name the section or its field."""
+    for name in cfg.options:
+        if name not in LOSS_OPTIONS:
+            known = sorted(n for n, spec in LOSSES.items() if spec.options is not None)
+            raise ValueError(
+                f"rl.loss.{name}: no registered loss {name!r} has options (a loss without options, "
+                f"or a misspelt loss); losses with options: {known}"
+            )
+        cfg.options_of(name)
+    cfg.validate()
 
 
 def compute_loss(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> tuple[torch.Tensor, dict]:

@@ -1,15 +1,18 @@
 """REINFORCE++ (Hu 2025): token-level KL in the reward, returns, batch-normalised advantages, PPO clip.
 
     r_t  = R * 1[t = last] - coef * k(old_logp_t, ref_logp_t)
-    G_t  = sum_{s >= t} gamma**(s - t) r_s                 (gamma = rl.loss.gae_gamma, default 1)
+    G_t  = sum_{s >= t} gamma**(s - t) r_s                 (gamma = rl.loss.reinforce_pp.gamma, default 1)
     A_t  = (G_t - mean) / (std + eps)  over all response tokens of the batch
-           (all-reduced over RLBatch.std_group when rl.loss.std_scope is 'global')
+           (all-reduced over RLBatch.std_group when rl.loss.reinforce_pp.std_scope is 'global')
     loss = -agg_t min(r A, clip(r, 1 - eps_low, 1 + eps_low) A)
 
 Inputs (RLBatch, [B, T]): logp, old_logp, mask, rewards [B] or [B, T], ref_logp for KL.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -20,13 +23,28 @@ from vepo_mcore.rl.losses.common import policy_loss, token_rewards
 from vepo_mcore.rl.losses.registry import register_loss
 
 
+@dataclass(kw_only=True)
+class ReinforcePPOptions:
+    """REINFORCE++'s own options (rl.loss.reinforce_pp): the returns' discount, where they are whitened."""
+
+    gamma: float = 1.0
+    """Discount of the per-token returns."""
+    std_scope: Literal["microbatch", "global"] = "microbatch"
+    """Whiten the returns over the batch they are computed on, or all-reduced over data parallel."""
+
+    def validate(self) -> None:
+        if not 0 <= self.gamma <= 1:
+            raise ValueError(f"rl.loss.reinforce_pp.gamma must be in [0, 1], got {self.gamma}")
+
+
 def reinforce_pp_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> torch.Tensor:
-    returns = discounted_returns(token_rewards(batch, kl, "reinforce_pp"), batch.mask, cfg.gae_gamma)
-    group = batch.std_group if cfg.std_scope == "global" else None
+    opts: ReinforcePPOptions = cfg.options_of("reinforce_pp")
+    returns = discounted_returns(token_rewards(batch, kl, "reinforce_pp"), batch.mask, opts.gamma)
+    group = batch.std_group if opts.std_scope == "global" else None
     return whiten(returns, batch.mask, cfg.adv_eps, group=group)
 
 
-@register_loss("reinforce_pp", advantages=reinforce_pp_advantages)
+@register_loss("reinforce_pp", advantages=reinforce_pp_advantages, options=ReinforcePPOptions)
 def reinforce_pp_loss(
     batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None
 ) -> tuple[torch.Tensor, dict]:
