@@ -388,3 +388,33 @@ def grid_records(
             "heldout_step": scores.get("step"),
         })  # fmt: skip
     return records
+
+
+def set_flags(items: list[str]) -> list[str]:
+    """run_grid's `--set FIELD=VALUE` items -> dotted flags for every run."""
+    flags = []
+    for item in items:
+        field_name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: expected FIELD=VALUE")
+        flags += [f"--{field_name}", value]
+    return flags
+
+
+def timed_grid(
+    runs: list[GridRun],
+    setup: GridSetup,
+    out: str | Path,
+    steps: int,
+    workers: int,
+    threads: int,
+    report_only: bool = False,
+) -> float | None:
+    """Run the grid (unless report_only) and add its wall time to OUT/wall_s.json; returns the total
+    wall seconds every call has spent on it (None before the first)."""
+    wall_file = Path(out) / "wall_s.json"
+    if not report_only:
+        wall = run_grid(runs, setup, out, steps, workers, threads)
+        previous = json.loads(wall_file.read_text())["wall_s"] if wall_file.is_file() else 0.0
+        wall_file.write_text(json.dumps({"wall_s": previous + wall, "workers": workers, "threads": threads}))
+    return json.loads(wall_file.read_text())["wall_s"] if wall_file.is_file() else None

@@ -51,7 +51,11 @@ def init_distributed(
     rank = int(os.environ.get("RANK", 0)) if rank is None else rank
     world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(free_port()) if world_size == 1 else "29500")
+    # One process launched without torchrun rendezvouses with itself: an in-memory store, no port to
+    # pick (a port picked free can be taken by another process before the store binds it).
+    store = dist.HashStore() if world_size == 1 and "MASTER_PORT" not in os.environ else None
+    if store is None:
+        os.environ.setdefault("MASTER_PORT", "29500")
     if backend == "auto":
         backend = "nccl" if has_cuda() else "gloo"
     if backend == "nccl":
@@ -59,7 +63,11 @@ def init_distributed(
             raise ValueError("parallel.backend is 'nccl' but CUDA is not available; use 'gloo' or 'auto'")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count())))
     dist.init_process_group(
-        backend=backend, rank=rank, world_size=world_size, timeout=timedelta(minutes=timeout_minutes)
+        backend=backend,
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(minutes=timeout_minutes),
+        store=store,
     )
     return rank, world_size
 
