@@ -117,9 +117,10 @@ class MetricsLogger:
         if jsonl:
             Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
             drop_records_after(jsonl, start_iteration)
-            self.consumed_tokens = (
-                int(read_metrics(jsonl)[-1].get("perf/consumed_tokens", 0)) if start_iteration else 0
-            )
+            # A run resumed from another folder's checkpoint (a fine-tune, a new layout) has no rows
+            # here yet: its count of consumed tokens starts again.
+            rows = read_metrics(jsonl) if start_iteration else []
+            self.consumed_tokens = int(rows[-1].get("perf/consumed_tokens", 0)) if rows else 0
             self._jsonl = open(jsonl, "a")  # noqa: SIM115 - kept open for the whole run
         if log.progress_bar and sys.stderr.isatty():
             from tqdm import tqdm
