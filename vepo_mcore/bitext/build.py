@@ -92,8 +92,11 @@ def _package_of(src: Source, lang: str, key: str) -> str:
     return src.shared[0] if len(src.shared) == 1 else key.split(":", 1)[0]
 
 
-def _kept(pairs: list[Pair], lang: str, plan: BitextPlan, seen: set[str], dropped: Counter) -> list[Pair]:
-    devtest = {s.casefold() for s in load_flores("en", "devtest")}
+def _kept(
+    pairs: list[Pair], lang: str, plan: BitextPlan, seen: set[str], devtest: set[str], dropped: Counter
+) -> list[Pair]:
+    """Cleaned pairs of one source that pass drop_reason, are not FLORES devtest English (`devtest`,
+    casefolded) and whose English is not in `seen` (updated); capped at plan.max_per_source."""
     out = []
     for english, target, key in pairs:
         english, target = clean_text(english), clean_text(target)
@@ -140,13 +143,14 @@ def build_parallel_corpus(plan: BitextPlan, log=print) -> dict:
     debs: dict[str, Deb] = fetch_debs(wanted, plan.cache)
     kept_per_package: dict[str, Counter] = {p: Counter() for p in wanted}
     manifest: dict = {"sources": [], "pairs_total": {}, "heldout": {}, "dropped": {}}
+    devtest = {sentence.casefold() for sentence in load_flores("en", "devtest")}
     for lang in plan.langs:
         rows, seen, dropped = [], set(), Counter()
         for name in plan.sources:
             src = SOURCES[name]
             if lang not in src.locales:
                 continue
-            pairs = _kept(src.extract(debs, lang, src.locales[lang]), lang, plan, seen, dropped)
+            pairs = _kept(src.extract(debs, lang, src.locales[lang]), lang, plan, seen, devtest, dropped)
             rows += [
                 {"en": e, "text": t, "source": name, "package": _package_of(src, lang, k)}
                 for e, t, k in pairs
