@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -252,16 +251,14 @@ def load_megatron_checkpoint(model_chunks, ckpt_dir: str | Path) -> None:
 @contextlib.contextmanager
 def local_process_group():
     """A 1-process gloo group for in-process conversion (reuses an existing group of size 1)."""
-    from vepo_mcore.parallel import destroy, free_port, init_distributed
+    from vepo_mcore.parallel import destroy, init_distributed
 
     if dist.is_initialized():
         if dist.get_world_size() != 1:
             raise RuntimeError("single-process conversion called inside a multi-process group")
         yield
         return
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(free_port())
-    init_distributed("gloo", rank=0, world_size=1)
+    init_distributed("gloo", rank=0, world_size=1, in_memory=True)
     try:
         yield
     finally:

@@ -34,11 +34,13 @@ def init_distributed(
     rank: int | None = None,
     world_size: int | None = None,
     timeout_minutes: int = 30,
+    in_memory: bool = False,
 ) -> tuple[int, int]:
     """Join (or create) the default process group and return (rank, world_size).
 
     Rank and world size come from the arguments, else torchrun's RANK/WORLD_SIZE, else a
-    single process. On CPU the megatron CPU shim is installed first.
+    single process. On CPU the megatron CPU shim is installed first. `in_memory`: a 1-process
+    group rendezvouses through an in-memory store even when MASTER_PORT is set.
     """
     if not has_cuda():
         install_cpu_shim()
@@ -53,7 +55,8 @@ def init_distributed(
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     # One process launched without torchrun rendezvouses with itself: an in-memory store, no port to
     # pick (a port picked free can be taken by another process before the store binds it).
-    store = dist.HashStore() if world_size == 1 and "MASTER_PORT" not in os.environ else None
+    local = world_size == 1 and (in_memory or "MASTER_PORT" not in os.environ)
+    store = dist.HashStore() if local else None
     if store is None:
         os.environ.setdefault("MASTER_PORT", "29500")
     if backend == "auto":
