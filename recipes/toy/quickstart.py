@@ -46,8 +46,8 @@ def quickstart_summary(run: Path) -> str:
         m = json.loads(manifest.read_text())
         lines.append(f"TOK  expanded Qwen2.5 trimmed to the toy's data: {m['vocab_size']:,} ids "
                      f"({m['prefix_size']:,} of the base vocabulary + {m['vocab_size'] - m['prefix_size']:,} new)")  # fmt: skip
-    for stage in ("base", "cpt", "sft"):
-        rows = [r for r in read_metrics(seed / stage / "metrics.jsonl") if "train/loss" in r]
+    for stage, folder in (("base", run / "toy" / "shared"), ("cpt", seed), ("sft", seed)):
+        rows = [r for r in read_metrics(folder / stage / "metrics.jsonl") if "train/loss" in r]
         if rows:
             lines.append(f"{stage.upper():4s} loss {rows[0]['train/loss']:.3f} -> {rows[-1]['train/loss']:.3f} "
                          f"(logged at steps {rows[0]['step']}..{rows[-1]['step']})")  # fmt: skip

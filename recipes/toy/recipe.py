@@ -12,8 +12,9 @@ Shared by every seed (built once, in OUT/shared):
                 in-domain test set)
      data       SFT conversations of the toy's directions and the CPT corpora: FLORES dev, plus
                 the parallel text in both directions (SFT) and as monolingual documents (CPT).
+  0  base       a short English pretraining with the base vocabulary (the toy's "Qwen2.5"; one for
+                every seed, as every seed of the 7B recipe starts from the same released model)
 Per seed (OUT/seed<N>):
-  0  base       a short English pretraining with the base vocabulary (the toy's "Qwen2.5")
   1b resize     tools/resize_embeddings.py to the toy's vocabulary (new rows = mean of pieces)
   2  cpt        1:1 English : (th, vi), the expanded vocabulary
   3  sft        translation SFT in the toy's directions
@@ -205,6 +206,7 @@ def build_shared(plan: ToyPlan) -> dict[str, Path]:
         "cpt_data": shared / "data" / "cpt",
         "bitext": shared / "bitext",
         "bitext_sft": shared / "data" / "sft" / "bitext.jsonl",
+        "base": shared / "base",
     }
     stage = _Stages(plan, shared)
     targets = [lang for lang in plan.langs if lang != "en"]
@@ -264,7 +266,24 @@ def build_shared(plan: ToyPlan) -> dict[str, Path]:
                                 extra_documents=documents)  # fmt: skip
 
     stage("data_and_trim", (paths["toy_tok"] / "tokenizer.json").is_file(), data_and_trim)
+    base_data = _data_paths({"en": paths["base_data"] / "cpt_en_text_document"})
+    stage("base", _has_checkpoint(paths["base"]), lambda: _train(
+        plan, "base", "pretrain_cpt.py", paths["base_tok"], paths["base"], BASE_SEED, base_data, shared / "logs"))  # fmt: skip
     return paths
+
+
+BASE_SEED = 0
+"""The seed of the one base model (stage 0) every seed's chain starts from."""
+
+
+def _train(plan: ToyPlan, name: str, script: str, tokenizer: Path, save: Path, seed: int, extra: list[str],
+           logs: Path) -> None:  # fmt: skip
+    """One training stage: configs/<name>.yaml with the toy's tokenizer, seed and overrides, saved to `save`."""
+    args = ["--config", str(CONFIGS / f"{name}.yaml"), "--tokenizer.path", str(tokenizer),
+            "--model.vocab_size", str(_vocab(tokenizer)), "--training.checkpoint.save", str(save),
+            "--training.seed", str(1000 + seed), *_iters(plan, name), *extra, *plan.overrides.get("all", []),
+            *plan.overrides.get(name, [])]  # fmt: skip
+    _torchrun(plan, script, args, logs / f"{name}.log")
 
 
 def _bitext_pairs(plan: ToyPlan, bitext: Path) -> dict[str, list[tuple[str, str]]]:
@@ -294,24 +313,18 @@ def _iters(plan: ToyPlan, stage: str) -> list[str]:
 
 
 def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
-    """Stages 0-5 of one seed; returns the seed's directory."""
+    """Stages 1b-5 of one seed; returns the seed's directory."""
     root = plan.out / f"seed{seed}"
     logs = root / "logs"
     stage = _Stages(plan, root)
     base_tok, toy_tok = paths["base_tok"], paths["toy_tok"]
-    common = ["--training.seed", str(1000 + seed)]
 
     def train(name: str, script: str, tokenizer: Path, extra: list[str]) -> None:
-        args = ["--config", str(CONFIGS / f"{name}.yaml"), "--tokenizer.path", str(tokenizer),
-                "--model.vocab_size", str(_vocab(tokenizer)), "--training.checkpoint.save", str(root / name),
-                *common, *_iters(plan, name), *extra, *plan.overrides.get("all", []),
-                *plan.overrides.get(name, [])]  # fmt: skip
-        _torchrun(plan, script, args, logs / f"{name}.log")
+        _train(plan, name, script, tokenizer, root / name, seed, extra, logs)
 
     def start_from(name: str) -> list[str]:
         return ["--training.checkpoint.load", str(root / name), "--training.checkpoint.finetune", "true"]
 
-    base_data = _data_paths({"en": paths["base_data"] / "cpt_en_text_document"})
     cpt_data = _data_paths({lang: paths["cpt_data"] / f"cpt_{lang}_text_document" for lang in plan.langs})
     sft_file, rl_prompts = _sft_and_rl_split(plan, paths["sft"])
     rl_prompts, validation = _validation_split(plan, rl_prompts)
@@ -327,12 +340,11 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
         "--data.sft_phases",
         json.dumps([{"name": "translation", "paths": sft_paths, "weights": sft_weights}]),
     ]
-    resize = [sys.executable, str(TOOLS / "resize_embeddings.py"), "--megatron-load", str(root / "base"),
+    resize = [sys.executable, str(TOOLS / "resize_embeddings.py"), "--megatron-load", str(paths["base"]),
               "--megatron-save", str(root / "resized"), "--tokenizer", str(toy_tok), "--base-tokenizer", str(base_tok)]  # fmt: skip
     rl_from_sft = ["--rl.directions", plan.directions, "--rl.prompt_sentences", rl_prompts,
                    "--training.checkpoint.load", str(root / "sft"), *validation]  # fmt: skip
     trainings = [  # (stage, its checkpoint, how to run it)
-        ("base", "base", lambda: train("base", "pretrain_cpt.py", base_tok, base_data)),
         ("resize", "resized", lambda: _run(plan, resize, logs / "resize.log")),
         ("cpt", "cpt", lambda: train("cpt", "pretrain_cpt.py", toy_tok, [*cpt_data, *start_from("resized")])),
         ("sft", "sft", lambda: train("sft", "pretrain_cpt.py", toy_tok, [*sft_data, *start_from("cpt")])),

@@ -146,7 +146,7 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-SEED_STAGES = ("base", "resize", "cpt", "sft", "rl", "eval_sft", "eval_rl")
+SEED_STAGES = ("resize", "cpt", "sft", "rl", "eval_sft", "eval_rl")
 """The stages every seed runs (timings.json keys); a seed dir whose checkpoints were copied in did
 not time them."""
 
