@@ -37,10 +37,10 @@ def _body(rank: int, world: int, args, out: str) -> None:
     from vepo_mcore.parallel import init_model_parallel
     from vepo_mcore.training import checkpointing
     from vepo_mcore.training.forward import forward_step
-    from vepo_mcore.training.loop import train_step
     from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, wrap_model
     from vepo_mcore.training.sampler import micro_batches
     from vepo_mcore.training.synthetic import SyntheticTokens
+    from vepo_mcore.training.trainer import train_step
 
     torch.set_num_threads(args.threads)
     cfg = JobConfig()

@@ -10,7 +10,7 @@ deleted and the relaunch must name it and fall back. Compares the final metrics.
 once, every value equal) and the final checkpoint (model, optimizer, python/numpy/torch/tracker
 RNG states) with the reference, bit for bit. Prints every event and, after each trainer, the table
 so far (also written to <workdir>/table.md).
-tests/faults runs the same harness (tests/support/faults.py) at CI size.
+tests/faults runs the same harness (harness/faults.py) at CI size.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.faults import (  # noqa: E402
+from harness.faults import (  # noqa: E402
     FaultReport,
     build_data,
     compare_runs,

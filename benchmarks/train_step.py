@@ -103,8 +103,8 @@ def _raw_step(model, data):
 class _Setup:
     def __init__(self, seq: int, vocab: int):
         from vepo_mcore.training.forward import forward_step
-        from vepo_mcore.training.loop import LMTrainer
         from vepo_mcore.training.sampler import micro_batches
+        from vepo_mcore.training.trainer import LMTrainer
 
         self.cfg = _config(seq, vocab)
         data = _dataset(seq, vocab)

@@ -31,8 +31,8 @@ def _body(rank: int, world: int, args) -> None:
 
     torch.set_num_threads(args.threads)
     if args.engine == "fake_sglang":  # the CPU fake is a test double: importing it registers the engine
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.support
-        import tests.support.fake_sglang  # noqa: F401
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: harness
+        import harness.fake_sglang  # noqa: F401
     cfg = JobConfig()
     m = cfg.model
     m.num_layers, m.hidden_size, m.ffn_hidden_size = args.layers, args.hidden, args.hidden * 3

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vepo_mcore.data.sft_build import build_flores_sft_set  # noqa: E402
+from vepo_mcore.data.sft_flores import build_flores_sft_set  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

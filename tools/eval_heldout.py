@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=64, help="prompts per generate call")
     p.add_argument("--out", help="records jsonl (with --checkpoint)")
     p.add_argument(
-        "--hyp-dir", help="also write DIR/{src}-{tgt}.txt, the layout tools/evaluate.py --eval.system.hyp_dir reads"
+        "--hyp-dir",
+        help="also write DIR/{src}-{tgt}.txt, the layout tools/evaluate.py --eval.system.hyp_dir reads",
     )
     p.add_argument("--compare", nargs=2, metavar=("BASE", "SYSTEM"), help="two records files to compare")
     args = p.parse_args(argv)
@@ -47,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.checkpoint and args.out):
         p.error("give --checkpoint and --out, or --compare BASE SYSTEM")
 
-    from vepo_mcore.eval.generate import load_policy_engine
     from vepo_mcore.eval.heldout import heldout_records, write_hypothesis_dir
+    from vepo_mcore.eval.translate_checkpoint import load_policy_engine
     from vepo_mcore.parallel import destroy, init_distributed
 
     init_distributed()

@@ -12,7 +12,7 @@ Every field of the eval section (vepo_mcore/config/eval.py) is a dotted flag (--
 An hf-model system translates greedily with a rollout engine (eval.system.engine, SGLang on GPU)
 into OUT/hyps/{src}-{tgt}.txt, resuming finished directions, then is scored like a hyp-dir; a
 checkpoint system does the same from a Megatron training checkpoint with the engine its saved config
-names (vepo_mcore.eval.generate; eval.system.max_new_tokens caps the length).
+names (vepo_mcore.eval.translate_checkpoint; eval.system.max_new_tokens caps the length).
 """
 
 import sys

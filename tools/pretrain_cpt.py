@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     from vepo_mcore.parallel import distributed
-    from vepo_mcore.training.loop import pretrain
+    from vepo_mcore.training.trainer import pretrain
 
     with distributed(cfg.parallel):
         pretrain(cfg)

@@ -70,7 +70,7 @@ class ToyPlan:
     tokenizer and CPT still see all of dev); 0: SFT and RL share all of dev."""
     sft_window: int = 1
     """> 1: SFT also trains on runs of 2..sft_window consecutive sentences, joined
-    (data.sft_build.direction_examples); the vocabulary is trimmed on single sentences either way."""
+    (data.sft_flores.direction_examples); the vocabulary is trimmed on single sentences either way."""
     rl_validation: int = 0
     """> 0: the last N RL prompt sentences are held out of RL as its validation set
     (rl.eval_sentences), scored every rl_eval_interval steps, each of those checkpoints kept; the
@@ -192,7 +192,7 @@ class _Stages:
 def build_shared(plan: ToyPlan) -> dict[str, Path]:
     """Tokenizers and data every seed uses; returns their paths."""
     from vepo_mcore.data.corpus import build_flores_cpt_corpus
-    from vepo_mcore.data.sft_build import direction_examples, translation_chat
+    from vepo_mcore.data.sft_flores import direction_examples, translation_chat
     from vepo_mcore.tokenizer import load_tokenizer
     from vepo_mcore.tokenizer.trim import trim_tokenizer
 
@@ -426,7 +426,7 @@ def _sft_and_rl_split(plan: ToyPlan, all_dev: Path) -> tuple[Path, str]:
     """The SFT file and the RL prompts' sentence range under plan.rl_holdout and plan.sft_window."""
     if plan.rl_holdout <= 0 and plan.sft_window == 1:
         return all_dev, ":"
-    from vepo_mcore.data.sft_build import direction_examples
+    from vepo_mcore.data.sft_flores import direction_examples
 
     first = len(load_flores("en", "dev")) - max(plan.rl_holdout, 0)
     window = "" if plan.sft_window == 1 else f"_window{plan.sft_window}"

@@ -38,7 +38,7 @@ def _failing_run(rank, world, save: str, failing_ranks: tuple[int, ...]):
 
     from vepo_mcore.training import checkpointing
     from vepo_mcore.training.forward import forward_step
-    from vepo_mcore.training.loop import pretrain
+    from vepo_mcore.training.trainer import pretrain
     from vepo_mcore.training.synthetic import SyntheticTokens
 
     checkpointing.ERROR_FINALIZE_TIMEOUT_S = 5.0

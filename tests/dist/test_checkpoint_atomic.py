@@ -42,7 +42,7 @@ def _crash_body(rank, world, save: str):
     from vepo_mcore.parallel import init_model_parallel
     from vepo_mcore.training import checkpointing
     from vepo_mcore.training.forward import forward_step
-    from vepo_mcore.training.loop import train_step
+    from vepo_mcore.training.trainer import train_step
     from vepo_mcore.training.optimizer import unwrap
     from vepo_mcore.training.sampler import micro_batches
     from vepo_mcore.training.synthetic import SyntheticTokens

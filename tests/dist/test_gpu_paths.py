@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import tests.support.fake_sglang  # noqa: F401  (registers the 'fake_sglang' rollout engine)
+import harness.fake_sglang  # noqa: F401  (registers the 'fake_sglang' rollout engine)
 from vepo_mcore.parallel.launch import run_processes
 
 
@@ -18,7 +18,7 @@ def _translate_both_engines(rank, world, ckpt: str, out: str) -> None:
     import copy
 
     from vepo_mcore.config import JobConfig, load_config
-    from vepo_mcore.eval.generate import translate_checkpoint
+    from vepo_mcore.eval.translate_checkpoint import translate_checkpoint
     from vepo_mcore.languages import default_tokenizer_dir
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel

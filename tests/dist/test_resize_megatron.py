@@ -81,7 +81,7 @@ def _reference_pieces(base, expanded, new_id, sources):
 def _worker(rank, world, tmp, expanded):
     from vepo_mcore.models.builder import build_model
     from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.tokenizer.resize import new_row_sources
+    from vepo_mcore.tokenizer.embedding_rows import new_row_sources
     from vepo_mcore.checkpoint.resize import resize_megatron_checkpoint
     from vepo_mcore.training.checkpointing import save_checkpoint
 

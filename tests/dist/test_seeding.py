@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from tests.support.faults import same_value
+from harness.faults import same_value
 from vepo_mcore.parallel.launch import run_processes
 
 

@@ -11,7 +11,7 @@ from vepo_mcore.parallel.launch import run_processes
 
 
 def _cfg(tmp: str, save: str, iters: int, prefixes: dict[str, str]) -> JobConfig:
-    from vepo_mcore.data.sft_build import default_sft_phases
+    from vepo_mcore.data.sft_flores import default_sft_phases
 
     cfg = JobConfig()
     m = cfg.model
@@ -43,7 +43,7 @@ def _cfg(tmp: str, save: str, iters: int, prefixes: dict[str, str]) -> JobConfig
 def _train(tmp: str, save: str, iters: int, prefixes: dict[str, str], out: str | None) -> None:
     import torch
 
-    from vepo_mcore.training.loop import pretrain
+    from vepo_mcore.training.trainer import pretrain
 
     history = pretrain(_cfg(tmp, save, iters, prefixes))
     if out and torch.distributed.get_rank() == 0:
@@ -61,7 +61,7 @@ def _resume(rank, world, tmp, prefixes):
 
 
 def test_on_disk_sft_trains_evaluates_and_resumes_exactly(tmp_path):
-    from vepo_mcore.data.sft_build import build_flores_sft_set
+    from vepo_mcore.data.sft_flores import build_flores_sft_set
     from vepo_mcore.data.sft_indexed import preprocess_sft
 
     tmp = str(tmp_path)

@@ -41,7 +41,7 @@ def _data():
 
 
 def _train(cfg: JobConfig, out: str | None) -> list[dict]:
-    from vepo_mcore.training.loop import pretrain
+    from vepo_mcore.training.trainer import pretrain
 
     history = pretrain(cfg, _data())
     if out is not None and torch.distributed.get_rank() == 0:

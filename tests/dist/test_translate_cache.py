@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.reversing_engine import SOURCES, CollectiveReversingEngine
-from vepo_mcore.eval.translate import translate_direction
+from vepo_mcore.eval.systems import translate_direction
 from vepo_mcore.tokenizer.tokenizer import load_tokenizer
 from vepo_mcore.translation.directions import Direction
 

@@ -7,7 +7,7 @@ import zlib
 
 import torch
 
-import tests.support.fake_sglang  # noqa: F401  (registers the 'fake_sglang' rollout engine)
+import harness.fake_sglang  # noqa: F401  (registers the 'fake_sglang' rollout engine)
 from tests.dist.model_utils import VOCAB, tiny_cfg
 from vepo_mcore.parallel.launch import run_processes
 

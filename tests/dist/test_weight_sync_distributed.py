@@ -12,7 +12,7 @@ import threading
 import pytest
 import torch
 
-import tests.support.fake_sglang  # noqa: F401  (registers the 'fake_sglang' rollout engine)
+import harness.fake_sglang  # noqa: F401  (registers the 'fake_sglang' rollout engine)
 from tests.dist.model_utils import tiny_cfg
 from vepo_mcore.parallel.launch import run_processes
 

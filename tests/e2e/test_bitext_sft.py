@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vepo_mcore.data.sft_build import translation_chat
+from vepo_mcore.data.sft_flores import translation_chat
 from vepo_mcore.eval.heldout import paired_deltas, read_records, summarize, write_records
 from vepo_mcore.tokenizer import load_tokenizer
 from vepo_mcore.tokenizer.trim import trim_tokenizer

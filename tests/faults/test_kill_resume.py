@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from tests.support.faults import (
+from harness.faults import (
     FaultReport,
     build_data,
     compare_runs,

@@ -92,8 +92,8 @@ def _same_state_body(rank, world, tmp):
     from vepo_mcore.parallel import init_model_parallel
     from vepo_mcore.training import checkpointing
     from vepo_mcore.training.forward import forward_step
-    from vepo_mcore.training.loop import train_step
     from vepo_mcore.training.sampler import micro_batches
+    from vepo_mcore.training.trainer import train_step
 
     cfg = _cfg()
     init_model_parallel(cfg.parallel, seed=5)
@@ -149,7 +149,7 @@ def test_async_save_holds_the_same_state_as_sync(tmp_path):
 
 
 def _train(save: str, async_save: bool, out: str) -> None:
-    from vepo_mcore.training.loop import pretrain
+    from vepo_mcore.training.trainer import pretrain
 
     history = pretrain(_cfg(save, async_save=async_save), _data())
     with open(out, "w") as f:

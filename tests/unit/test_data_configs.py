@@ -12,7 +12,7 @@ from vepo_mcore.config import JobConfig, load_config
 from vepo_mcore.data import build_datasets
 from vepo_mcore.data.blend import language_blend, realised_language_share
 from vepo_mcore.data.sft import SFTCurriculum
-from vepo_mcore.data.sft_build import default_sft_phases
+from vepo_mcore.data.sft_flores import default_sft_phases
 from vepo_mcore.languages import LANGS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -112,7 +112,7 @@ def _image_pins() -> dict[str, Version]:
 
 
 def test_one_sglang_version_everywhere_and_the_image_torch_is_sglangs():
-    from tests.support.fake_sglang import SGLANG_VERSION
+    from harness.fake_sglang import SGLANG_VERSION
 
     gpu_extra = _pins(_setup_extras()["gpu"])
     image = _image_pins()
@@ -129,7 +129,7 @@ def test_one_sglang_version_everywhere_and_the_image_torch_is_sglangs():
 
 
 def test_image_pins_satisfy_sglang_and_megatron_core_declared_requirements():
-    from tests.support.fake_sglang import SGLANG_VERSION
+    from harness.fake_sglang import SGLANG_VERSION
 
     image = _image_pins()
     problems = _check_against(RECORDED[SGLANG_VERSION]["requires_dist"], image, f"sglang {SGLANG_VERSION}")
@@ -143,7 +143,7 @@ def test_image_pins_satisfy_sglang_and_megatron_core_declared_requirements():
 
 
 def test_image_pins_follow_the_cpu_lock_where_sglang_does_not_pin():
-    from tests.support.fake_sglang import SGLANG_VERSION
+    from harness.fake_sglang import SGLANG_VERSION
 
     lock = {
         n: _pinned_version(r)
@@ -264,7 +264,7 @@ def _stub_wheel(index: Path, name: str, version: str, extras: set[str]) -> None:
 def _image_index(index: Path) -> dict[str, Version]:
     """Stub wheels for what the image has or pip would find: the image's pins, sglang's own exact
     pins, the CPU lock's versions for everything else setup.py asks for. Returns name -> version."""
-    from tests.support.fake_sglang import SGLANG_VERSION
+    from harness.fake_sglang import SGLANG_VERSION
 
     versions = {
         n: _pinned_version(r)

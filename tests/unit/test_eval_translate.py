@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import tests.support.fake_sglang  # noqa: F401  (registers the 'fake_sglang' rollout engine)
+import harness.fake_sglang  # noqa: F401  (registers the 'fake_sglang' rollout engine)
 from tests.support.reversing_engine import SOURCES, ReversingEngine
-from vepo_mcore.eval.translate import system_hypotheses, translate_direction, write_hypotheses
+from vepo_mcore.eval.systems import system_hypotheses, translate_direction, write_hypotheses
 from vepo_mcore.tokenizer.tokenizer import load_tokenizer
 from vepo_mcore.translation.directions import Direction
 from vepo_mcore.translation.prompts import format_prompt
@@ -111,7 +111,7 @@ def test_hf_model_system_translates_through_the_fake_sglang_engine(tmp_path):
     from tests.support.checkpoints import tiny_qwen2_hf
     from vepo_mcore.config.eval import EvalConfig, EvalSystemConfig
     from vepo_mcore.eval.runner import EvalJob, run_evaluation
-    from vepo_mcore.eval.translate import engine_from_hf, greedy_sampling
+    from vepo_mcore.eval.systems import engine_from_hf, greedy_sampling
     from vepo_mcore.languages import load_flores
 
     tok = load_tokenizer()

@@ -100,7 +100,7 @@ def test_a_checkpoint_system_is_translated_then_scored_as_its_hyps(tmp_path, mon
     checkpoint's name."""
     import torch.distributed as dist
 
-    import vepo_mcore.eval.generate as generate
+    import vepo_mcore.eval.translate_checkpoint as generate
     import vepo_mcore.parallel as parallel
 
     calls = []

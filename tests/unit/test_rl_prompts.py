@@ -8,7 +8,7 @@ import json
 import pytest
 
 from vepo_mcore.config.rl import RLConfig
-from vepo_mcore.data.sft_build import direction_examples
+from vepo_mcore.data.sft_flores import direction_examples
 from vepo_mcore.languages import load_flores, sentence_range
 from vepo_mcore.rl.prompts import TranslationPrompts
 from vepo_mcore.tokenizer import load_tokenizer

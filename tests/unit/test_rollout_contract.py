@@ -101,8 +101,8 @@ def hf_reference(model, vocab_size: int):
 
 
 def _fake_setup(tmp_path, vocab_rows=320, vocab_size=320, tie=False):
+    from harness.fake_sglang import fake_backend
     from tests.support.checkpoints import tiny_qwen2_hf
-    from tests.support.fake_sglang import fake_backend
     from vepo_mcore.checkpoint.hf import model_config_from_hf, read_hf_config
     from vepo_mcore.config import JobConfig
     from vepo_mcore.rollout.sglang_engine import SGLangEngine

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.fake_sglang import FlattenedTensorBucket, MultiprocessingSerializer
+from harness.fake_sglang import FlattenedTensorBucket, MultiprocessingSerializer
 from vepo_mcore.config import JobConfig
 from vepo_mcore.config.rl import SamplingParams as ConfigSampling
 from vepo_mcore.rollout.base import SamplingParams, build_engine, filter_logits, known_engines, sample_next

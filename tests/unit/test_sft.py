@@ -21,7 +21,7 @@ from vepo_mcore.data.sft import (
     tokenize_conversation,
     tokenize_conversations,
 )
-from vepo_mcore.data.sft_build import SOURCES, build_flores_sft_set, default_sft_phases
+from vepo_mcore.data.sft_flores import SOURCES, build_flores_sft_set, default_sft_phases
 from vepo_mcore.data.sft_splits import build_sft_datasets
 from vepo_mcore.languages import EXPANDED_LANGS, LANGS, language, load_flores
 from vepo_mcore.tokenizer import load_tokenizer

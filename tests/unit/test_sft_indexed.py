@@ -16,7 +16,7 @@ import torch
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.data.indexed import read_documents
 from vepo_mcore.data.sft import read_conversations, tokenize_conversations
-from vepo_mcore.data.sft_build import build_flores_sft_set, default_sft_phases
+from vepo_mcore.data.sft_flores import build_flores_sft_set, default_sft_phases
 from vepo_mcore.data.sft_indexed import (
     IndexedSFTSource,
     mask_spans,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support import fake_sglang
+from harness import fake_sglang
 from tests.support.threads import one_thread  # noqa: F401  (autouse)
 from vepo_mcore.rollout.base import SamplingParams
 from vepo_mcore.rollout.sglang_engine import trainer_process_state_kept

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from vepo_mcore.languages import default_tokenizer_dir, flores_path, load_flores
+from vepo_mcore.tokenizer.embedding_rows import new_row_sources, resize_embedding
 from vepo_mcore.tokenizer.expand import expand_tokenizer
-from vepo_mcore.tokenizer.resize import new_row_sources, resize_embedding
 from vepo_mcore.tokenizer.tokenizer import Tokenizer, load_tokenizer
 
 BASE = 151_665

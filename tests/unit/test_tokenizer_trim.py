@@ -11,7 +11,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from vepo_mcore.languages import default_tokenizer_dir, load_flores
 from vepo_mcore.tokenizer import load_tokenizer
-from vepo_mcore.tokenizer.resize import new_row_sources
+from vepo_mcore.tokenizer.embedding_rows import new_row_sources
 from vepo_mcore.tokenizer.trim import load_source_ids, trim_tokenizer
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.fake_sglang import FlattenedTensorBucket
+from harness.fake_sglang import FlattenedTensorBucket
 from vepo_mcore.config import JobConfig
 from vepo_mcore.rollout.weight_sync import bucket_metadata, flatten_bucket
 

@@ -1,5 +1,5 @@
 """Resize a model's embeddings for an expanded tokenizer: Megatron checkpoints (any TP/PP) and HF
-directories (SPEC section 1). The row rule itself lives in `resize.py`; this module moves tensors.
+directories (SPEC section 1). The row rule itself lives in tokenizer/embedding_rows.py; this module moves tensors.
 
     # Megatron: collective, one process per rank of the layout (tools/resize_embeddings.py spawns them)
     resize_megatron_checkpoint("ckpt/qwen7b", "ckpt/qwen7b-expanded", "out/qwen2.5-expanded")
@@ -42,7 +42,7 @@ import torch
 
 from vepo_mcore.config import JobConfig
 from vepo_mcore.models.vocab import padded_vocab_size
-from vepo_mcore.tokenizer.resize import _backend, new_row_sources, resize_embedding
+from vepo_mcore.tokenizer.embedding_rows import _backend, new_row_sources, resize_embedding
 from vepo_mcore.training.state_dict import load_model_state
 
 VOCAB_KEYS = ("embedding.word_embeddings.weight", "output_layer.weight")

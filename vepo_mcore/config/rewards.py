@@ -28,7 +28,7 @@ class RewardsConfig:
     sigma_len: float = 1.0
     """Length penalty per unit distance outside the interval."""
     length_taper: float | None = None
-    """Not in the paper (a toy option): rho above which r_len falls linearly from +1 to 0 at the
+    """Not in the paper (the toy recipe sets it): rho above which r_len falls linearly from +1 to 0 at the
     interval's upper end, where the term outside begins, so an answer growing past the typical length
     meets a slope before the edge instead of a step at it. None: flat inside the interval (SPEC)."""
     format_w_preserve: float = 1.0

@@ -183,7 +183,7 @@ class RolloutConfig:
     engine: str = "embedded"
     """A registered rollout engine (vepo_mcore.rollout.register_engine): 'embedded' = in-process
     Megatron sampler; 'sglang' = colocated sglang.Engine; tests register 'fake_sglang', its CPU
-    stand-in (tests/support/fake_sglang.py). An unknown name fails when the engine is built, listing
+    stand-in (harness/fake_sglang.py). An unknown name fails when the engine is built, listing
     the known ones."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
     """Sampling parameters."""

@@ -6,7 +6,7 @@ preprocess.py / indexed.py  raw text -> .bin/.idx (tools/preprocess_data.py)
 blend.py                    English 0.5 / low-resource 0.5 through megatron's BlendedMegatronDatasetBuilder
 sft.py                      ChatML -> ids + assistant-only loss mask, packing, curriculum phases
 sft_indexed.py              the same SFT data tokenised on disk (tools/preprocess_sft.py), read memory-mapped
-corpus.py, sft_build.py     the tiny FLORES-dev corpora of the quickstart
+corpus.py, sft_flores.py    the tiny FLORES-dev corpora of the quickstart
 megatron.core is imported inside the functions that need it, so importing this package is cheap.
 """
 

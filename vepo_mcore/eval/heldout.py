@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
-from vepo_mcore.eval.translate import write_hypotheses
+from vepo_mcore.eval.systems import write_hypotheses
 from vepo_mcore.languages import load_flores, sentence_range
 from vepo_mcore.translation.directions import parse_directions
 from vepo_mcore.translation.prompts import clean_hypothesis, prompt_samples

@@ -35,7 +35,7 @@ from vepo_mcore.eval.metrics import (
     score_from_stats,
     sentence_stats,
 )
-from vepo_mcore.eval.translate import system_hypotheses
+from vepo_mcore.eval.systems import system_hypotheses
 from vepo_mcore.languages import load_flores
 from vepo_mcore.translation.directions import Direction, group_members, parse_directions
 from vepo_mcore.translation.prompts import DEFAULT_TEMPLATE
@@ -272,7 +272,7 @@ def _translate_with_model(
     job: EvalJob, spec: EvalSystemConfig, directions: list[Direction], out: Path
 ) -> EvalSystemConfig:
     """Greedy translations of every direction into spec.hyp_dir; returns spec as a hyp-dir system."""
-    from vepo_mcore.eval.translate import engine_from_hf, greedy_sampling, translate_directions
+    from vepo_mcore.eval.systems import engine_from_hf, greedy_sampling, translate_directions
     from vepo_mcore.tokenizer.tokenizer import load_tokenizer
 
     if not spec.model_path:
@@ -480,7 +480,7 @@ def evaluate_config(cfg: EvalConfig) -> dict | None:
     if cfg.system.resolved_kind == "checkpoint":
         import torch.distributed as dist
 
-        from vepo_mcore.eval.generate import translate_checkpoint
+        from vepo_mcore.eval.translate_checkpoint import translate_checkpoint
         from vepo_mcore.parallel import init_distributed
 
         init_distributed()

@@ -5,7 +5,8 @@ typical(src, tgt) is the median ratio over FLORES-200 dev pairs of that directio
 vepo_mcore/assets/length_ratios.json, written by tools/build_length_table.py). A normal
 translation therefore has rho ~ 1 in every direction, whatever the scripts involved.
 r_len = +1 if rho is in [lo, hi], else -sigma_len * (distance from rho to the interval). With the
-toy option ``length_taper`` t, r_len = (hi - rho) / (hi - t) for rho in (t, hi]: continuous at hi.
+option ``length_taper`` t (not in the paper), r_len = (hi - rho) / (hi - t) for rho in (t, hi]:
+continuous at hi.
 """
 
 from __future__ import annotations

@@ -257,7 +257,7 @@ class RLTrainer:
 
     def train(self, exp: xp.Experience) -> dict[str, float]:
         """ppo_epochs x mini_batches optimizer steps of the policy (and the critic for PPO)."""
-        from vepo_mcore.training.loop import train_step
+        from vepo_mcore.training.trainer import train_step
 
         cfg = self.cfg
         rows = exp.num_rows // cfg.rl.mini_batches

@@ -2,7 +2,7 @@
 multi-label loss, training on the shared Megatron loop, scoring and evaluation.
 
     pairs = build_pairs("dev", langs, lines=range(50))                 # data.py
-    history = train_rm(cfg, pairs, tokenizer, valid_pairs=held_out)    # train.py: training/loop.py pretrain
+    history = train_rm(cfg, pairs, tokenizer, valid_pairs=held_out)    # train.py: training/trainer.py pretrain
     model, cfg, tokenizer = load_reward_model("ckpt/rm")               # model.py: GPTModel + 11-wide head
     report = evaluate_pairs(model, tokenizer, held_out, seq_length)    # evaluate.py
 """

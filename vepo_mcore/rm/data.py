@@ -5,7 +5,7 @@
     weights = positive_weights(pairs, cap=50.0)                # [10] negatives / positives per category
 
 A PairDataset is a map-style dataset in a seeded shuffled order, so the shared training loop
-(training/loop.py pretrain with its position-based sampler) trains, checkpoints and resumes it
+(training/trainer.py pretrain with its position-based sampler) trains, checkpoints and resumes it
 exactly like CPT data; a micro-batch stacks items into [B, 2, s] (rm/loss.py flattens it).
 
 The RM reads ChatML prompt + response + <|im_end|>, the text the policy produced, and is scored at

@@ -1,4 +1,4 @@
-"""Train the reward model on the shared training loop (training/loop.py pretrain).
+"""Train the reward model on the shared training loop (training/trainer.py pretrain).
 
     history = train_rm(cfg, train_pairs, tokenizer, valid_pairs=test_pairs, tokenizer_dir=tok_dir)
 
@@ -23,7 +23,7 @@ from vepo_mcore.rm.loss import make_forward_step
 def rm_model_provider(cfg: JobConfig):
     """This rank's RM stage; its trunk comes from rm.init_from unless the run resumes its own checkpoint."""
     from vepo_mcore.rm.model import build_reward_model, load_policy_weights
-    from vepo_mcore.training.loop import resumes_own_checkpoint
+    from vepo_mcore.training.trainer import resumes_own_checkpoint
 
     model = build_reward_model(cfg)
     if cfg.rm.init_from and not resumes_own_checkpoint(cfg):
@@ -44,7 +44,7 @@ def train_rm(
     Category positives are weighted negatives / positives (rm.balance_categories) as counted in
     `pairs`, so a resumed run weights them exactly as the first did.
     """
-    from vepo_mcore.training.loop import pretrain
+    from vepo_mcore.training.trainer import pretrain
 
     if not pairs:
         raise ValueError("train_rm: no training pairs")

@@ -1,5 +1,5 @@
 """The colocated SGLang rollout engine (GPU path), and the same code driving the CPU fake in tests
-(tests/support/fake_sglang.py registers 'fake_sglang': this SGLangEngine over a fake backend).
+(harness/fake_sglang.py registers 'fake_sglang': this SGLangEngine over a fake backend).
 
     engine = build_engine(cfg)            # rl.rollout.engine: sglang (tests: fake_sglang); released at once
     engine.wake(); sync_weights(engine, model, cfg); samples = engine.generate(prompts, sampling)

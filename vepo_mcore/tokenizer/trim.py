@@ -20,7 +20,7 @@ tokenizer.json directory: checkpoints, HF export and transformers' AutoTokenizer
 words then encode into shorter pieces, and the segmentation check covers the texts made of kept ids.
 
 `prefix=` another trimmed directory keeps that one's ids as the prefix of this one (new ids are
-appended), so tokenizer/resize.py can grow a model trained on `prefix` to this vocabulary.
+appended), so tokenizer/embedding_rows.py can grow a model trained on `prefix` to this vocabulary.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     runner.py         run_training: the one loop every job plugs a step into (lock, resume line, log, eval,
                       save cadence, teardown in a finally); check_vocab
-    loop.py           pretrain(cfg): CPT/SFT/RM as LMTrainer in that loop; train_step(...) for one optimizer
+    trainer.py        pretrain(cfg): CPT/SFT/RM as LMTrainer in that loop; train_step(...) for one optimizer
                       step (RL reuses it)
     curves.py         plot_curves: metrics per step as PNG (RL and reward-model runs)
     forward.py        forward_step(data_iterator, model) -> (output, loss_func) with exact token averaging

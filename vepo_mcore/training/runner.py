@@ -1,4 +1,4 @@
-"""One loop for every training job. CPT, SFT and the reward model (training/loop.py's LMTrainer) and
+"""One loop for every training job. CPT, SFT and the reward model (training/trainer.py's LMTrainer) and
 RL (rl/trainer.py's RLTrainer) each plug in a step; the loop owns everything around the steps.
 
     history = run_training(cfg.training.checkpoint, lambda: LMTrainer(cfg, ...))

@@ -1,7 +1,7 @@
 """The translation task every layer above shares: the prompt template, ChatML prompt Samples for
 FLORES sentences, and the one-line hypothesis a response becomes.
 
-Used by RL prompts (rl.prompts), evaluation (eval.translate, eval.heldout), the reward model's data
+Used by RL prompts (rl.prompts), evaluation (eval.systems, eval.heldout), the reward model's data
 (rm.data) and its reward term (rm.reward).
 """
 

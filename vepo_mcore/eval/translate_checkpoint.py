@@ -57,7 +57,7 @@ def translate_checkpoint(
     overrides: list[str] | None = None,
 ) -> Path:
     """Write out_dir/{src}-{tgt}.txt for each direction (cached: a rerun resumes). Returns out_dir."""
-    from vepo_mcore.eval.translate import translate_direction
+    from vepo_mcore.eval.systems import translate_direction
     from vepo_mcore.languages import load_flores
     from vepo_mcore.rollout.base import SamplingParams
     from vepo_mcore.translation.directions import parse_directions

@@ -84,7 +84,7 @@ def translation_examples(n: int, rng: np.random.Generator) -> list[dict]:
 
 def translation_chat(src: str, tgt: str, source: str, target: str) -> dict:
     """One translation conversation src -> tgt in the evaluation and RL prompt's words
-    (eval.translate.DEFAULT_TEMPLATE)."""
+    (eval.systems.DEFAULT_TEMPLATE)."""
     return _chat(
         f"Translate the following {language(src).name} text into {language(tgt).name}.\n\n{source}", target
     )
@@ -98,7 +98,7 @@ def direction_examples(
     consecutive sentences of the range, joined by spaces on both sides (concatenation augmentation:
     the same sentences in more contexts, and answers whose length has to follow the source's).
 
-    The user turn is the evaluation and RL prompt (eval.translate.DEFAULT_TEMPLATE, written out here
+    The user turn is the evaluation and RL prompt (eval.systems.DEFAULT_TEMPLATE, written out here
     so this layer does not import eval), so SFT, RL and evaluation see one prompt format.
     """
     if split != "dev":

@@ -1,5 +1,6 @@
-"""The training loop shared by CPT, SFT and RL: one optimizer step = megatron's forward-backward
-schedule over the micro-batches of a global batch, then clip + step + LR schedule.
+"""The LM trainer (CPT, SFT, the reward model) and the optimizer step every trainer shares: one step =
+megatron's forward-backward schedule over the micro-batches of a global batch, then clip + step + LR
+schedule. The loop around the steps is training/runner.py's.
 
     history = pretrain(cfg, train_dataset)        # whole run: build, resume, loop, checkpoint, log
 

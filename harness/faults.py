@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 RESUMED = re.compile(r"resumed from (\S+) at step (\d+)")
 
 
