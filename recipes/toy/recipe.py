@@ -42,6 +42,7 @@ from pathlib import Path
 
 from vepo_mcore.eval.heldout import read_records, write_records
 from vepo_mcore.languages import EXPANDED_LANGS, flores_path, load_flores
+from vepo_mcore.training.checkpointing import iteration_dir, resolve_checkpoint
 from vepo_mcore.translation.directions import parse_directions
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -163,8 +164,6 @@ def _torchrun(plan: ToyPlan, script: str, args: list[str], log_file: Path) -> No
 
 
 def _has_checkpoint(path: Path) -> bool:
-    from vepo_mcore.training.checkpointing import resolve_checkpoint
-
     return resolve_checkpoint(path) is not None
 
 
@@ -353,17 +352,22 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
     for name, checkpoint, fn in trainings:
         stage(name, _has_checkpoint(root / checkpoint), fn)
 
+    def heldout(
+        checkpoint: Path, out: Path, indomain: bool, sentences: int, hyps: Path | None = None
+    ) -> None:
+        test_set = (
+            ["--bitext", str(paths["bitext"])] if indomain else ["--hyp-dir", str(hyps)] if hyps else []
+        )
+        command = [sys.executable, str(TOOLS / "eval_heldout.py"), "--checkpoint", str(checkpoint),
+                   "--directions", plan.directions, "--max-sentences", str(sentences),
+                   "--max-new-tokens", str(plan.max_new_tokens), "--out", str(out), *test_set]  # fmt: skip
+        _run(plan, command, logs / f"eval_{out.stem}.log")
+
     def evaluate(name: str, out: Path, indomain: bool = False) -> None:
         checkpoint = root / name
         if name == "rl" and plan.rl_validation > 0:  # chosen when the evaluation runs, not on a rerun
             checkpoint = select_rl_checkpoint(root)
-        test_set = (
-            ["--bitext", str(paths["bitext"])] if indomain else ["--hyp-dir", str(root / f"hyps_{name}")]
-        )
-        command = [sys.executable, str(TOOLS / "eval_heldout.py"), "--checkpoint", str(checkpoint),
-                   "--directions", plan.directions, "--max-sentences", str(plan.eval_sentences),
-                   "--max-new-tokens", str(plan.max_new_tokens), "--out", str(out), *test_set]  # fmt: skip
-        _run(plan, command, logs / f"eval_{out.stem}.log")
+        heldout(checkpoint, out, indomain, plan.eval_sentences, None if indomain else root / f"hyps_{name}")
 
     for name in ("cpt", "sft", "rl"):  # cpt: the policy before SFT, for the base -> SFT change
         out = root / f"heldout_{name}.jsonl"
@@ -373,7 +377,28 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
             stage(
                 f"eval_{name}_indomain", out.is_file(), lambda name=name, out=out: evaluate(name, out, True)
             )
+    if plan.bitext:  # the SFT checkpoints the config keeps before the last: chrf_source by SFT step
+        for step in sft_curve_steps(root):
+            for indomain in (False, True):
+                out = curve_record(root, step, indomain)
+                stage(f"curve_{out.stem}", out.is_file(), lambda step=step, out=out, indomain=indomain: heldout(
+                    iteration_dir(root / "sft", step), out, indomain, CURVE_SENTENCES))  # fmt: skip
     return root
+
+
+CURVE_SENTENCES = 50
+"""Sentences per direction behind each point of the chrf_source-by-SFT-step curve."""
+
+
+def sft_curve_steps(root: Path) -> list[int]:
+    """The steps of root/sft's kept checkpoints before its last (whose records are heldout_sft*)."""
+    steps = sorted(int(p.name.removeprefix("iter_")) for p in (root / "sft").glob("iter_*") if p.is_dir())
+    return steps[:-1]
+
+
+def curve_record(root: Path, step: int, indomain: bool) -> Path:
+    """Where the held-out records of root's SFT checkpoint at `step` go (devtest or in-domain)."""
+    return root / "sft_curve" / f"heldout_sft{step}{'_indomain' if indomain else ''}.jsonl"
 
 
 def _validation_split(plan: ToyPlan, rl_prompts: str) -> tuple[str, list[str]]:
@@ -399,7 +424,6 @@ SELECTION = ("overall_pass", "chrf")
 def select_rl_checkpoint(root: Path) -> Path:
     """The RL checkpoint of root (a seed directory) with the best validation score (SELECTION summed
     over the valid/* row of its step; the earliest of equals), recorded in root/rl_selected.json."""
-    from vepo_mcore.training.checkpointing import iteration_dir
     from vepo_mcore.training.logging import read_metrics
 
     rows = [

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from recipes.toy.recipe import TOOLS
+from recipes.toy.recipe import TOOLS, curve_record, sft_curve_steps
 from vepo_mcore.eval.heldout import LABELS, METRICS, paired_deltas, read_records, summarize
 from vepo_mcore.rewards.constraints import PAPER_VEPO_7B
 
@@ -82,7 +82,8 @@ def seed_result(root: Path) -> dict:
 
 
 def _add_indomain(root: Path, result: dict) -> None:
-    """chrf_indomain / chrf_source_indomain of the SFT and RL policies and their RL - SFT intervals."""
+    """chrf_indomain / chrf_source_indomain (with their RL - SFT intervals) and copy_rate_indomain of
+    the SFT and RL policies."""
     sft, rl = (
         _records(root, "sft_indomain", COMPARE_SENTENCES),
         _records(root, "rl_indomain", COMPARE_SENTENCES),
@@ -90,7 +91,11 @@ def _add_indomain(root: Path, result: dict) -> None:
     deltas = paired_deltas(sft, rl)
     for name, records in (("sft", sft), ("rl", rl)):
         summary = summarize(records)
-        result[name] |= {"chrf_indomain": summary["chrf"], "chrf_source_indomain": summary["chrf_source"]}
+        result[name] |= {
+            "chrf_indomain": summary["chrf"],
+            "chrf_source_indomain": summary["chrf_source"],
+            "copy_rate_indomain": summary["copy_rate"],
+        }
     result["delta_ci95"] |= {"chrf_indomain": deltas["chrf"], "chrf_source_indomain": deltas["chrf_source"]}
 
 
@@ -112,6 +117,55 @@ def _add_rollout_measures(root: Path, result: dict) -> None:
     result["sft"]["group_chrf"] = mean(first, "rollout/group_chrf")
     result["rl"]["group_chrf"] = mean(last, "rollout/group_chrf")
     result["rl"]["entropy_ratio"] = mean(last, "rollout/entropy") / mean(first, "rollout/entropy")
+
+
+CURVE_GOALS = {"chrf_source": 3.0, "chrf_source_indomain": 10.0}
+"""The toy's goals after SFT, drawn on the chrf_source-by-SFT-step curve."""
+
+
+def sft_curve(root: Path) -> list[dict]:
+    """chrF++ and chrf_source (devtest and in-domain, the first COMPARE_SENTENCES per direction) of
+    every kept SFT checkpoint of one seed, the last one included; [] when only the last was kept."""
+    steps = sft_curve_steps(root)
+    if not steps:
+        return []
+    points = []
+    for step in steps:
+        dev = summarize(read_records(curve_record(root, step, False)))
+        ind = summarize(read_records(curve_record(root, step, True)))
+        points.append({"step": step, "chrf": dev["chrf"], "chrf_source": dev["chrf_source"],
+                       "chrf_indomain": ind["chrf"], "chrf_source_indomain": ind["chrf_source"]})  # fmt: skip
+    last = int((root / "sft" / "latest_checkpointed_iteration.txt").read_text())
+    dev = summarize(_records(root, "sft", COMPARE_SENTENCES))
+    ind = summarize(_records(root, "sft_indomain", COMPARE_SENTENCES))
+    points.append({"step": last, "chrf": dev["chrf"], "chrf_source": dev["chrf_source"],
+                   "chrf_indomain": ind["chrf"], "chrf_source_indomain": ind["chrf_source"]})  # fmt: skip
+    return points
+
+
+def plot_sft_curve(curves: dict[str, list[dict]], path: Path) -> Path:
+    """chrf_source on devtest and in-domain by SFT step, one line per seed, the goals dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    panels = (("chrf_source", "devtest chrf_source"), ("chrf_source_indomain", "in-domain chrf_source"),
+              ("chrf", "devtest chrF++"))  # fmt: skip
+    for ax, (key, title) in zip(axes, panels):
+        for seed, points in curves.items():
+            ax.plot([p["step"] for p in points], [p[key] for p in points], marker="o", label=seed)
+        if key in CURVE_GOALS:
+            ax.axhline(CURVE_GOALS[key], color="grey", linestyle="--", label="goal")
+        ax.set_title(title)
+        ax.set_xlabel("SFT step (8 packed sequences of 256 tokens)")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def constraint_tables(root: Path, out_dir: Path) -> dict[str, dict]:
@@ -200,6 +254,10 @@ def write_report(seed_dirs: list[Path], shared_dir: Path, out_dir: str | Path) -
         summary["before_sft"] = {name: _mean([s["before_sft"][name] for s in seeds]) for name in SUMMARY}
         summary["sft_delta_ci95"] = {name: min((s["sft_delta_ci95"][name] for s in seeds), key=lambda ci: ci[0])
                                      for name in METRICS}  # fmt: skip
+    curves = {f"seed{s['seed']}": points for s, root in zip(seeds, seed_dirs) if (points := sft_curve(root))}
+    if curves:
+        summary["sft_curve"] = curves
+        plot_sft_curve(curves, out / "sft_curve.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     if (shared_dir / "bitext" / "data.json").is_file():
         (out / "data.json").write_text((shared_dir / "bitext" / "data.json").read_text())
@@ -257,7 +315,13 @@ def results_markdown(summary: dict) -> str:
             lines.append(f"| RL - SFT, seed {s['seed']} | " + " | ".join(cells) + " |")
     extra = [
         k
-        for k in ("chrf_indomain", "chrf_source_indomain", "group_chrf", "entropy_ratio")
+        for k in (
+            "chrf_indomain",
+            "chrf_source_indomain",
+            "copy_rate_indomain",
+            "group_chrf",
+            "entropy_ratio",
+        )
         if k in summary["rl"]
     ]
     if extra:
@@ -268,6 +332,14 @@ def results_markdown(summary: dict) -> str:
             for policy in ("sft", "rl"):
                 cells = [f"{s[policy][k]:.2f}" if k in s[policy] else "" for k in extra]
                 lines.append(f"| {policy.upper()}, seed {s['seed']} | " + " | ".join(cells) + " |")
+    if "sft_curve" in summary:
+        lines += ["", f"The SFT policy by SFT step (sft_curve.png; the first {COMPARE_SENTENCES} sentences per direction):",
+                  "", "| seed | step | devtest chrF++ | devtest chrf_source | in-domain chrF++ | in-domain chrf_source |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+    for seed, points in summary.get("sft_curve", {}).items():
+        for p in points:
+            lines.append(f"| {seed} | {p['step']} | {p['chrf']:.1f} | {p['chrf_source']:.2f} | "
+                         f"{p['chrf_indomain']:.1f} | {p['chrf_source_indomain']:.2f} |")  # fmt: skip
     lines += ["", "The paper's constraint table (tools/verify_constraints.py on the same hypotheses; Format is",
               "rated only where the source has structure, N of them):", "",
               "| system | Lang | Length | Format (N) | Mixing | Overall |", "|---|---|---|---|---|---|"]  # fmt: skip

@@ -109,3 +109,18 @@ def test_deltas_refuse_different_sentences(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"a": 1}\nnot json\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_records(tmp_path / "bad.jsonl")
+
+
+def test_copy_rate_counts_only_what_the_reference_keeps():
+    from vepo_mcore.eval.heldout import carried_share
+
+    rows = [  # items the reference keeps: XHR; 2 and 3 (It opens a sentence: the reference drops it)
+        {
+            "source": "Remove all XHR breakpoints. It stops.",
+            "reference": "ลบ XHR ทั้งหมด หยุด",
+            "hypothesis": "ลบ XHR",
+        },
+        {"source": "Open 2 of 3 tabs", "reference": "เปิด 2 จาก 3 แท็บ", "hypothesis": "เปิด 2 แท็บ"},
+    ]
+    assert carried_share(rows) == pytest.approx(100.0 * 2 / 3)
+    assert np.isnan(carried_share([{"source": "Go to Paris", "reference": "ไปปารีส", "hypothesis": "Paris"}]))

@@ -73,3 +73,45 @@ def test_one_seed_wall_takes_the_fastest_complete_seed_and_skips_copied_stages()
     wall, index = one_seed_wall(shared, [slow, copied, full])
     assert index == 2 and wall == 45.0 + 100.0 * len(SEED_STAGES)
     assert one_seed_wall(shared, [copied]) == (None, None)
+
+
+def _translations(n: int, good: bool) -> list[dict]:
+    """Records whose hypothesis is its own reference (good) or one fixed sentence (not), scored as
+    eval_heldout scores them."""
+    from vepo_mcore.rewards.mt import chrf_score
+
+    refs = [
+        f"sentence number {i} says {w}"
+        for i, w in enumerate(["rain", "sun", "wind", "snow", "fog", "hail"] * n)
+    ]
+    rows = [{"direction": "en-th", "index": i, "source": "s", "reference": refs[i],
+             "hypothesis": refs[i] if good else "sentence number says", "response_tokens": 5, "stop": True,
+             "lang": True, "length": True, "format": True, "mixing": True, "overall": True}
+            for i in range(n)]  # fmt: skip
+    for r in rows:
+        r["chrf"] = 100.0 * chrf_score(r["hypothesis"], r["reference"])
+    return rows
+
+
+def test_sft_curve_reads_every_kept_checkpoint_in_step_order_and_ends_at_the_last(tmp_path):
+    from recipes.toy.recipe import curve_record
+    from recipes.toy.report import plot_sft_curve, sft_curve
+
+    root = tmp_path / "seed1"
+    for step in (1500, 300, 600):
+        (root / "sft" / f"iter_{step:07d}").mkdir(parents=True)
+    (root / "sft" / "latest_checkpointed_iteration.txt").write_text("1500")
+    assert sft_curve(tmp_path / "nothing") == []
+    for step, good in ((300, False), (600, True)):
+        for indomain in (False, True):
+            write_records(_translations(12, good), curve_record(root, step, indomain))
+    write_records(_translations(12, True), root / "heldout_sft.jsonl")
+    write_records(_translations(12, False), root / "heldout_sft_indomain.jsonl")
+
+    points = sft_curve(root)
+    assert [p["step"] for p in points] == [300, 600, 1500]
+    assert abs(points[0]["chrf_source"]) < 1e-9  # one answer for every source: nothing from the source
+    assert points[1]["chrf_source"] > 30 and points[1]["chrf_source_indomain"] > 30
+    assert points[2]["chrf_source"] > 30 and abs(points[2]["chrf_source_indomain"]) < 1e-9
+    png = plot_sft_curve({"seed1": points}, tmp_path / "curve.png")
+    assert png.stat().st_size > 10_000

@@ -17,7 +17,8 @@ chrF++ reward can push a small policy toward: ``chrf_source``, the chrF++ a hypo
 the same hypothesis scored against the reference of another sentence of its direction
 (:func:`mismatched_chrf`), and ``same_opening``, the share of hypotheses that begin like their
 direction's most common opening (:func:`same_opening_share`). ``copy_rate`` is the share of the
-source's numbers and Latin-script names that the hypothesis carries over (:func:`carried_share`).
+source's numbers and Latin-script names kept by the reference that the hypothesis keeps too
+(:func:`carried_share`).
 
 With ``bitext=DIR`` the test sentences are the in-domain held-out pairs DIR/<lang>/heldout.jsonl
 written by tools/build_parallel_corpus.py (English on one side of every direction) instead of FLORES.
@@ -133,11 +134,12 @@ def carried_items(source: str) -> list[str]:
 
 
 def carried_share(records: Sequence[dict]) -> float:
-    """Percent of the sources' numbers and names (carried_items) found in their hypotheses, over the
-    records whose source has any; nan when none has."""
+    """Percent of the sources' numbers and names that their references keep as written (carried_items
+    found in the reference: a capitalised word that only opens a sentence is no name) and that their
+    hypotheses keep too; nan when no reference keeps any."""
     found = total = 0
     for r in records:
-        items = carried_items(r["source"])
+        items = [item for item in carried_items(r["source"]) if item in r["reference"]]
         total += len(items)
         found += sum(item in r["hypothesis"] for item in items)
     return 100.0 * found / total if total else float("nan")

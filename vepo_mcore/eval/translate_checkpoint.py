@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vepo_mcore.training.checkpointing import checkpoint_config
+from vepo_mcore.eval.systems import translate_direction
+from vepo_mcore.languages import load_flores
+from vepo_mcore.models.builder import build_model
+from vepo_mcore.parallel import init_model_parallel
+from vepo_mcore.rollout.base import SamplingParams, build_engine
+from vepo_mcore.rollout.weight_sync import sync_weights
+from vepo_mcore.tokenizer import load_tokenizer
+from vepo_mcore.training.checkpointing import checkpoint_config, load_checkpoint
+from vepo_mcore.translation.directions import parse_directions
 
 
 def load_policy_engine(checkpoint: str | Path, overrides: list[str] | None = None):
@@ -20,11 +28,6 @@ def load_policy_engine(checkpoint: str | Path, overrides: list[str] | None = Non
 
     The checkpoint's own config picks the model shape, tokenizer and engine (embedded or SGLang).
     """
-    from vepo_mcore.models.builder import build_model
-    from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.rollout.base import build_engine
-    from vepo_mcore.tokenizer import load_tokenizer
-    from vepo_mcore.training.checkpointing import load_checkpoint
 
     cfg, path = checkpoint_config(checkpoint, overrides)
     # Megatron cannot decode with sequence parallelism (one new token per step); it only splits
@@ -38,7 +41,6 @@ def load_policy_engine(checkpoint: str | Path, overrides: list[str] | None = Non
     engine = build_engine(cfg, model=model, tokenizer=tokenizer)
     if not engine.shares_training_weights:
         # An SGLang engine starts from dummy weights (a config-only directory): push the checkpoint's.
-        from vepo_mcore.rollout.weight_sync import sync_weights
 
         engine.wake()  # a colocated engine starts released: resume its weights before the sync
         sync_weights(engine, model, cfg)
@@ -57,10 +59,6 @@ def translate_checkpoint(
     overrides: list[str] | None = None,
 ) -> Path:
     """Write out_dir/{src}-{tgt}.txt for each direction (cached: a rerun resumes). Returns out_dir."""
-    from vepo_mcore.eval.systems import translate_direction
-    from vepo_mcore.languages import load_flores
-    from vepo_mcore.rollout.base import SamplingParams
-    from vepo_mcore.translation.directions import parse_directions
 
     _, tokenizer, engine = load_policy_engine(checkpoint, overrides)
     sampling = SamplingParams(

@@ -12,16 +12,26 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+from megatron.core import dist_checkpointing
+from megatron.core import parallel_state as ps
 
+from vepo_mcore.config.base import load_config
 from vepo_mcore.config.job import JobConfig
+from vepo_mcore.models.heads import build_value_model
+from vepo_mcore.parallel import init_model_parallel
+from vepo_mcore.parallel.device import device
 from vepo_mcore.rm import NUM_OUTPUTS
 from vepo_mcore.rm.data import encode, pad
 from vepo_mcore.rm.loss import gather_last, positions
+from vepo_mcore.tokenizer import load_tokenizer
+from vepo_mcore.training.checkpointing import load_checkpoint, resolve_checkpoint
+from vepo_mcore.training.optimizer import unwrap
+from vepo_mcore.training.pipeline import broadcast_from_last_stage, forward_backward
 
 
 def build_reward_model(cfg: JobConfig, pre_process=None, post_process=None):
     """This rank's stage of the RM: GPTModel whose output layer is ScalarHead(hidden, 11)."""
-    from vepo_mcore.models.heads import build_value_model
 
     return build_value_model(cfg, NUM_OUTPUTS, pre_process, post_process)
 
@@ -34,10 +44,6 @@ def load_policy_weights(model, checkpoint: str | Path) -> list[str]:
     it would fail on that key. Here every key except output_layer.* is loaded and the head keeps
     its fresh initialisation. Returns the names of the parameters left at initialisation.
     """
-    from megatron.core import dist_checkpointing
-
-    from vepo_mcore.training.checkpointing import resolve_checkpoint
-    from vepo_mcore.training.optimizer import unwrap
 
     path = resolve_checkpoint(checkpoint)
     if path is None:
@@ -62,13 +68,6 @@ def load_reward_model(checkpoint: str | Path, cfg: JobConfig | None = None):
     running process (dist_checkpointing reshards to the current TP/PP). Starts a 1-process group
     with TP=PP=1 when none is initialised.
     """
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
-
-    from vepo_mcore.config.base import load_config
-    from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.tokenizer import load_tokenizer
-    from vepo_mcore.training.checkpointing import load_checkpoint, resolve_checkpoint
 
     path = resolve_checkpoint(checkpoint)
     if path is None:
@@ -136,10 +135,6 @@ def score_texts(
     micro-batches of `batch_size` rows (any TP/PP); the outputs, read at each row's last real
     token on the last pipeline stage, come back identical on every rank of those groups.
     """
-    from megatron.core import parallel_state as ps
-
-    from vepo_mcore.parallel.device import device
-    from vepo_mcore.training.pipeline import broadcast_from_last_stage, forward_backward
 
     if len(prompts) != len(responses):
         raise ValueError(f"score_texts: {len(prompts)} prompts but {len(responses)} responses")
