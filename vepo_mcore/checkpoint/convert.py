@@ -19,6 +19,8 @@ Both directions stream, so memory stays near the largest tensor, not the model
 from one HF tensor at a time (stream.py writes them with torch.distributed.checkpoint in
 megatron's torch_dist layout); megatron -> HF reads the stored chunks one layer at a time and
 HFWriter writes each tensor as it comes.
+megatron.core and transformers are imported inside the functions that use them, so the CLI's
+checks and errors come before either loads.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ source's numbers and Latin-script names kept by the reference that the hypothesi
 
 With ``bitext=DIR`` the test sentences are the in-domain held-out pairs DIR/<lang>/heldout.jsonl
 written by tools/build_parallel_corpus.py (English on one side of every direction) instead of FLORES.
+The model side (checkpoints, the rollout engine, megatron.core) is imported inside the functions that
+translate: reading and summarising records (the recipes' reports) never loads it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ the paired bootstrap against a baseline system when one is given, and writes int
   heatmap_<metric>.png        10x10 source x target
   bootstrap.md, bootstrap.json  paired bootstrap per direction and per group (with a baseline)
   constraints.md, .json       constraint pass rates of the system and of the references
+
+The model side (checkpoints, engines, megatron.core) and COMET are imported inside the functions
+that use them: scoring hypothesis files never loads them.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ vepo_mcore.rollout (embedded Megatron sampler, SGLang) with
 `generate(prompts: list[Sample], sampling: SamplingParams) -> list[Sample]`; prompts carry the
 ChatML text and its token ids, the response text is the hypothesis. Prompts are ChatML built from one configurable template; hypotheses are
 cached per direction so an interrupted run resumes where it stopped.
+The engine side is imported inside the functions that translate: the file systems load nothing heavy.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from vepo_mcore.parallel.device import device
+
 
 def gather_last(outputs: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
     """outputs [n, s, k], last [n] -> [n, k] at each row's last real token."""
@@ -70,7 +72,6 @@ def make_forward_step(bce_weight: float = 1.0, pos_weight: torch.Tensor | None =
     micro-batches of rm.data.PairDataset items."""
 
     def forward_step(data_iterator, model):
-        from vepo_mcore.parallel.device import device
 
         batch = {k: v.to(device()) for k, v in flatten_pairs(next(data_iterator)).items()}
         out = model(batch["tokens"], positions(batch["tokens"]), None)

@@ -11,6 +11,8 @@ rl.rewards.rm_placement: 'resident' keeps the RM on the training GPUs all run lo
 its weights in (pinned) host memory and copies them to the GPU only for the scoring call
 (rm/placement.py), so neither the colocated engine's rollout nor training shares the GPU with it.
 The scores are the same either way (docs/DESIGN.md, "The reward model at 7B").
+The model side (megatron.core, the RM checkpoint) is imported when the term is first built:
+registering the term costs nothing.
 """
 
 from __future__ import annotations

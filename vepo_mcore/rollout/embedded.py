@@ -20,6 +20,7 @@ returns the same samples.
 The padding mask is honoured by megatron's local (unfused) attention, the CPU layer spec. Transformer
 Engine ignores explicit masks when decoding, so with TE layers only prompts of equal length share a
 batch (no padding, no mask); for throughput on GPUs use the SGLang engine.
+megatron.core is imported inside the methods that need it: the engine registry imports this module.
 """
 
 from __future__ import annotations

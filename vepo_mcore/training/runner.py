@@ -29,8 +29,12 @@ from typing import Protocol
 
 import torch.distributed as dist
 
+from vepo_mcore.config.cli import check_output_folder
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.config.training import CheckpointConfig, LoggingConfig
+from vepo_mcore.training.checkpointing import close_async_saves, finalize_async_saves, iteration_dir
+from vepo_mcore.training.logging import MetricsLogger
+from vepo_mcore.training.writer_lock import save_folder_lock
 
 
 class Trainer(Protocol):
@@ -73,8 +77,6 @@ def run_training(
     """Build the trainer under the save folder's lock and run it; returns the metrics of the steps
     this call ran (on every rank), one {"step": n, ...} row per step. The output folders of
     `checkpoint` and `logging` are checked first (ValueErrors naming the field)."""
-    from vepo_mcore.training.checkpointing import close_async_saves
-    from vepo_mcore.training.writer_lock import save_folder_lock
 
     check_output_folders(checkpoint, logging or LoggingConfig())
     with save_folder_lock(checkpoint):  # one run writes a save folder at a time
@@ -97,8 +99,6 @@ def run_training(
 
 
 def _loop(trainer: Trainer) -> list[dict[str, float]]:
-    from vepo_mcore.training.checkpointing import finalize_async_saves
-    from vepo_mcore.training.logging import MetricsLogger
 
     cfg = trainer.cfg
     t, ckpt = cfg.training, cfg.training.checkpoint
@@ -143,7 +143,6 @@ def _loop(trainer: Trainer) -> list[dict[str, float]]:
 def _save(trainer: Trainer, logger) -> None:
     """trainer.save() and its line: 'saved checkpoint iter_0000020 to DIR (1.2 GiB) in 3.4 s' (a
     background save: how long the state took to stage)."""
-    from vepo_mcore.training.checkpointing import iteration_dir
 
     ckpt = trainer.cfg.training.checkpoint
     start = time.perf_counter()
@@ -171,7 +170,6 @@ def _size(path: Path) -> str:
 def check_output_folders(checkpoint: CheckpointConfig, logging: LoggingConfig) -> None:
     """Before any work: every output folder of the run can be created and written (a ValueError naming
     the field otherwise)."""
-    from vepo_mcore.config.cli import check_output_folder
 
     check_output_folder("training.checkpoint.save", checkpoint.save)
     check_output_folder("training.logging.tensorboard_dir", logging.tensorboard_dir)
