@@ -8,14 +8,11 @@ Every field of the config tree can be overridden with a dotted flag.
 """
 
 import sys
-import warnings
 
-warnings.filterwarnings("ignore", message=".*(Apex|Transformer Engine).*")
-
-from vepo_mcore.config import to_dict  # noqa: E402
-from vepo_mcore.config.cli import run_cli  # noqa: E402
-from vepo_mcore.config.job import job_from_cli  # noqa: E402
-from vepo_mcore.rl.losses import get_loss  # noqa: E402  (registers every loss: --help lists its rl.loss.<name> options)
+from vepo_mcore.config import to_dict
+from vepo_mcore.config.cli import run_cli
+from vepo_mcore.config.job import job_from_cli
+from vepo_mcore.rl.losses import get_loss  # registers every loss: --help lists its rl.loss.<name> options
 
 
 def main(argv: list[str] | None = None) -> None:

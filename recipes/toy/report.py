@@ -129,18 +129,25 @@ def sft_curve(root: Path) -> list[dict]:
     steps = sft_curve_steps(root)
     if not steps:
         return []
-    points = []
-    for step in steps:
-        dev = summarize(read_records(curve_record(root, step, False)))
-        ind = summarize(read_records(curve_record(root, step, True)))
-        points.append({"step": step, "chrf": dev["chrf"], "chrf_source": dev["chrf_source"],
-                       "chrf_indomain": ind["chrf"], "chrf_source_indomain": ind["chrf_source"]})  # fmt: skip
+    points = [
+        _curve_point(
+            step, read_records(curve_record(root, step, False)), read_records(curve_record(root, step, True))
+        )
+        for step in steps
+    ]
     last = int((root / "sft" / "latest_checkpointed_iteration.txt").read_text())
-    dev = summarize(_records(root, "sft", COMPARE_SENTENCES))
-    ind = summarize(_records(root, "sft_indomain", COMPARE_SENTENCES))
-    points.append({"step": last, "chrf": dev["chrf"], "chrf_source": dev["chrf_source"],
-                   "chrf_indomain": ind["chrf"], "chrf_source_indomain": ind["chrf_source"]})  # fmt: skip
+    points.append(
+        _curve_point(
+            last, _records(root, "sft", COMPARE_SENTENCES), _records(root, "sft_indomain", COMPARE_SENTENCES)
+        )
+    )
     return points
+
+
+def _curve_point(step: int, devtest: list[dict], indomain: list[dict]) -> dict:
+    dev, ind = summarize(devtest), summarize(indomain)
+    return {"step": step, "chrf": dev["chrf"], "chrf_source": dev["chrf_source"],
+            "chrf_indomain": ind["chrf"], "chrf_source_indomain": ind["chrf_source"]}  # fmt: skip
 
 
 def plot_sft_curve(curves: dict[str, list[dict]], path: Path) -> Path:

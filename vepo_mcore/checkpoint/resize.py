@@ -39,18 +39,10 @@ import shutil
 from pathlib import Path
 
 import torch
-from megatron.core import dist_checkpointing, parallel_state
-from megatron.core.dist_checkpointing import load_tensors_metadata
-from megatron.core.dist_checkpointing.mapping import ShardedTensor
 
-from vepo_mcore.checkpoint.hf import HFCheckpoint, HFWriter, copy_tokenizer_files, tokenizer_vocab_size
 from vepo_mcore.config import JobConfig
-from vepo_mcore.languages import default_tokenizer_dir
-from vepo_mcore.models.builder import build_model
 from vepo_mcore.models.vocab import padded_vocab_size
-from vepo_mcore.parallel import init_model_parallel
 from vepo_mcore.tokenizer.embedding_rows import _backend, new_row_sources, resize_embedding
-from vepo_mcore.training.checkpointing import checkpoint_config, save_checkpoint
 from vepo_mcore.training.state_dict import load_model_state
 
 VOCAB_KEYS = ("embedding.word_embeddings.weight", "output_layer.weight")
@@ -87,6 +79,7 @@ def plan_resize(base_tokenizer, expanded_tokenizer, old_vocab: int, where: str) 
 
 def _copy_expanded_tokenizer(expanded_dir: Path, dst: Path) -> None:
     """Tokenizer files (and the expansion manifest, for provenance) of the expanded directory."""
+    from vepo_mcore.checkpoint.hf import copy_tokenizer_files
 
     if not copy_tokenizer_files(expanded_dir, dst):
         raise FileNotFoundError(f"{expanded_dir} holds no tokenizer files (tokenizer.json expected)")
@@ -111,12 +104,14 @@ def _build_config(cfg: JobConfig) -> JobConfig:
 
 def _full_vocab_entry(entry, global_shape, dtype):
     """A ShardedTensor reading the whole vocab tensor (every rank reads all of it)."""
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor
 
     return ShardedTensor.from_rank_offsets(entry.key, torch.empty(global_shape, dtype=dtype))
 
 
 def _tp_rows(full: torch.Tensor) -> torch.Tensor:
     """This rank's rows of a vocab-parallel tensor: [padded, h] -> [padded / TP, h] (megatron's order)."""
+    from megatron.core import parallel_state
 
     tp = parallel_state.get_tensor_model_parallel_world_size()
     rank = parallel_state.get_tensor_model_parallel_rank()
@@ -139,6 +134,13 @@ def resize_megatron_checkpoint(
     padded row count (padded_vocab_size(new_vocab, make_vocab_size_divisible_by, TP)).
     Returns the saved iteration directory.
     """
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing import load_tensors_metadata
+
+    from vepo_mcore.languages import default_tokenizer_dir
+    from vepo_mcore.models.builder import build_model
+    from vepo_mcore.parallel import init_model_parallel
+    from vepo_mcore.training.checkpointing import checkpoint_config, save_checkpoint
 
     expanded_dir = Path(expanded_tokenizer).resolve()
     cfg, path = checkpoint_config(load, overrides)
@@ -213,6 +215,8 @@ def resize_hf_checkpoint(
     The base vocab is the tokenizer.json of `hf_in` when present, else `base_tokenizer` (default
     the shipped Qwen2.5); rows become padded_vocab_size(new_vocab, divisible_by, 1).
     """
+    from vepo_mcore.checkpoint.hf import HFCheckpoint, HFWriter, tokenizer_vocab_size
+    from vepo_mcore.languages import default_tokenizer_dir
 
     hf_in, hf_out, expanded_dir = Path(hf_in), Path(hf_out), Path(expanded_tokenizer)
     if hf_out.resolve() == hf_in.resolve():
