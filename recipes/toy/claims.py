@@ -109,6 +109,22 @@ def _half_steps(records: list[dict], algorithm: str) -> list:
     return [r.get("entropy_half_step") for r in _select(records, algorithm)]
 
 
+def _diversity(records: list[dict]) -> dict:
+    """Beside the entropy rule of C2 (no part of its verdict): how much alike each run's G samples of
+    one prompt grew (group chrF++ last - first) and how often its held-out answers open alike."""
+    evidence = {}
+    for algorithm in ("vepo", "grpo"):
+        runs = _select(records, algorithm)
+        evidence[f"{algorithm}_group_chrf_change"] = [
+            r["group_chrf_last"] - r["group_chrf_first"] for r in runs
+            if r.get("group_chrf_last") is not None and r.get("group_chrf_first") is not None
+        ]  # fmt: skip
+        evidence[f"{algorithm}_heldout_same_opening"] = [
+            r["heldout_same_opening"] for r in runs if r.get("heldout_same_opening") is not None
+        ]
+    return evidence
+
+
 def claim_c2(records: list[dict]) -> dict:
     rule = (f"untested when GRPO's mean entropy ratio >= {COLLAPSE} (the baseline does not collapse); else "
             f"reproduced when every VEPO ratio is in {list(BAND)} and the paired-bootstrap 95% interval of "
@@ -121,7 +137,8 @@ def claim_c2(records: list[dict]) -> dict:
     vepo, grpo = [p[0] for p in pairs], [p[1] for p in pairs]
     if _mean(grpo) >= COLLAPSE:
         return _verdict(UNTESTED, rule, premise="GRPO collapses", grpo_mean_ratio=_mean(grpo),
-                        grpo_ratio=grpo, vepo_ratio=vepo, grpo_half_entropy_steps=_half_steps(records, "grpo"))  # fmt: skip
+                        grpo_ratio=grpo, vepo_ratio=vepo, grpo_half_entropy_steps=_half_steps(records, "grpo"),
+                        **_diversity(records))  # fmt: skip
     lo, hi = paired_mean_diff_ci(grpo, vepo)
     if all(BAND[0] <= v <= BAND[1] for v in vepo) and lo > 0:
         verdict = REPRODUCED
@@ -130,7 +147,7 @@ def claim_c2(records: list[dict]) -> dict:
     else:
         verdict = INCONCLUSIVE
     return _verdict(verdict, rule, vepo_ratio=vepo, grpo_ratio=grpo, diff_ci95=[lo, hi],
-                    grpo_half_entropy_steps=_half_steps(records, "grpo"))  # fmt: skip
+                    grpo_half_entropy_steps=_half_steps(records, "grpo"), **_diversity(records))  # fmt: skip
 
 
 def claim_c3(records: list[dict]) -> dict:

@@ -11,7 +11,16 @@ from pathlib import Path
 
 from recipes.toy.claims import all_claims, entropy_ratio, length_drift
 from recipes.toy.figures import plot_ablations, plot_decision_point, plot_grid_metric, plot_overlong
-from recipes.toy.grid import ABLATION_KL, FULL, GridRun, GridSetup, grid_records, read_heldout, read_histories
+from recipes.toy.grid import (
+    ABLATION_KL,
+    FULL,
+    GridRun,
+    GridSetup,
+    grid_records,
+    is_complete,
+    read_heldout,
+    read_histories,
+)
 from vepo_mcore.eval.heldout import read_records, summarize
 
 
@@ -33,10 +42,13 @@ def _decision_study(runs: list[GridRun], out: Path, setup: GridSetup, report: Pa
 
 
 def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Path, setup: GridSetup,
-                      wall_s: float | None = None, study: bool = True) -> dict:  # fmt: skip
-    """Everything the grid's command regenerates; returns the claims."""
+                      wall_s: float | None = None, study: bool = True, steps: int | None = None) -> dict:  # fmt: skip
+    """Everything the grid's command regenerates, from the runs that finished (with `steps`: every
+    step logged and, with validation, the held-out records written); returns the claims."""
     out, report = Path(out), Path(report_dir)
     report.mkdir(parents=True, exist_ok=True)
+    if steps is not None:
+        runs = [run for run in runs if is_complete(out, run, steps, setup.validates)]
     histories = read_histories(runs, out)
     records = grid_records(histories, read_heldout(runs, out))
     (report / "grid.json").write_text(json.dumps(records, indent=1) + "\n")

@@ -224,6 +224,19 @@ def test_c2_is_untested_where_grpo_does_not_collapse():
     assert claims.claim_c2([])["verdict"] == claims.INCONCLUSIVE
 
 
+def test_c2_reports_the_diversity_beside_its_entropy_rule():
+    records = _grid(grpo_last=2.9)
+    for r in records:
+        r.update(group_chrf_first=40.0, group_chrf_last=40.0 + (10.0 if r["algorithm"] == "grpo" else 1.0),
+                 heldout_same_opening=60.0 if r["algorithm"] == "grpo" else 30.0)  # fmt: skip
+    evidence = claims.claim_c2(records)["evidence"]
+    assert (
+        evidence["grpo_group_chrf_change"] == [10.0] * 6 and evidence["vepo_group_chrf_change"] == [1.0] * 6
+    )
+    assert evidence["grpo_heldout_same_opening"] == [60.0] * 6
+    assert claims.claim_c2(records)["verdict"] == claims.UNTESTED  # diversity is evidence, not the rule
+
+
 def test_c3_is_untested_where_ppo_does_not_collapse():
     assert claims.claim_c3(_grid())["verdict"] == claims.REPRODUCED
     assert claims.claim_c3(_grid(ppo_last=3.5))["verdict"] == claims.UNTESTED
@@ -429,3 +442,9 @@ def test_the_report_writes_the_new_fields_every_claim_and_the_heldout_table(tmp_
     markdown = (tmp_path / "report" / "grid.md").read_text()
     assert "| SFT (the start) |  |  | 1 | 11.5 |" in markdown
     assert "| vepo | symmetric_clip | none | 2 | 25.0 (24.5-25.5) |" in markdown
+
+    # with `steps`, a run still training (fewer rows) is left out of every output
+    _write(out / runs[2].name / "metrics.jsonl", _rows([3.0] * 12))
+    write_grid_report(runs, out, tmp_path / "partial", setup, study=False, steps=20)
+    names = [r["name"] for r in json.loads((tmp_path / "partial" / "grid.json").read_text())]
+    assert names == [r.name for r in runs if r != runs[2]]
