@@ -119,6 +119,7 @@ def grid_markdown(records: list[dict], claims: dict, setup: GridSetup, wall_s: f
             f"| {_num(r.get('clip_fraction_max'), '.3f')} | {_num(r.get('filtered_share_mean'), '.2f')} "
             f"| {_num(r.get('group_chrf_first'), '.1f')} -> {_num(r.get('group_chrf_last'), '.1f')} |"
         )
+    lines += ["", *mechanisms_line(records)]
     lines += ["", "## Held-out (devtest) at each run's validation-chosen checkpoint", "",
               *heldout_table(records, start)]  # fmt: skip
     lines += ["", "## Verdicts", "", "| claim | verdict | rule | evidence |", "|---|---|---|---|"]
@@ -131,6 +132,23 @@ def grid_markdown(records: list[dict], claims: dict, setup: GridSetup, wall_s: f
                   f"the SFT policy's top tokens (id, text, probability SFT -> VEPO) "
                   + ", ".join(f"#{i} {t!r} {a:.3f} -> {b:.3f}" for i, t, a, b in zip(p["ids"], p["tokens"], p["p_sft"], p["p_rl"]))]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+MECHANISMS = (("clip_fraction_max", "a clip acts on more than 1% of tokens at some step", lambda x: x > 0.01),
+              ("filtered_share_mean", "RLVR filtering removes candidates", lambda x: x > 0),
+              ("ratio_max", "importance ratios leave 1", lambda x: abs(x - 1.0) > 1e-3))  # fmt: skip
+"""What shows a mechanism acting in a run: (grid.json field, what it shows, test)."""
+
+
+def mechanisms_line(records: list[dict]) -> list[str]:
+    """One line per mechanism: in how many runs it acted, naming those where it did not."""
+    lines = []
+    for key, what, acts in MECHANISMS:
+        measured = [r for r in records if r.get(key) is not None]
+        idle = [r["name"] for r in measured if not acts(r[key])]
+        lines.append(f"- {what}: {len(measured) - len(idle)} of {len(measured)} runs"
+                     + (f" (not in {', '.join(idle)})" if idle else ""))  # fmt: skip
+    return lines
 
 
 def _num(value, fmt: str) -> str:

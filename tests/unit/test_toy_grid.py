@@ -442,6 +442,8 @@ def test_the_report_writes_the_new_fields_every_claim_and_the_heldout_table(tmp_
     markdown = (tmp_path / "report" / "grid.md").read_text()
     assert "| SFT (the start) |  |  | 1 | 11.5 |" in markdown
     assert "| vepo | symmetric_clip | none | 2 | 25.0 (24.5-25.5) |" in markdown
+    assert "- a clip acts on more than 1% of tokens at some step: 5 of 5 runs" in markdown
+    assert "- importance ratios leave 1: 0 of 0 runs" in markdown  # the rows hold no rl/ratio_max
 
     # with `steps`, a run still training (fewer rows) is left out of every output
     _write(out / runs[2].name / "metrics.jsonl", _rows([3.0] * 12))
