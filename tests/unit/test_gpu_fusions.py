@@ -147,11 +147,11 @@ def test_on_cpu_megatron_gets_every_fusion_off(tiny):
 
 def test_wrap_model_passes_the_overlap_decision_to_ddp(tiny, monkeypatch):
     from vepo_mcore.models.builder import build_model
-    from vepo_mcore.training.optimizer import wrap_model
+    from vepo_mcore.training import optimizer
 
     decided = fusions_module.Fusions(dict.fromkeys(NAMES, False) | {"overlap_grad_reduce": True}, {})
-    monkeypatch.setattr(fusions_module, "gpu_fusions", lambda cfg, **machine: decided)
-    assert wrap_model(build_model(tiny), tiny).ddp_config.overlap_grad_reduce
+    monkeypatch.setattr(optimizer, "gpu_fusions", lambda cfg, **machine: decided)
+    assert optimizer.wrap_model(build_model(tiny), tiny).ddp_config.overlap_grad_reduce
 
 
 def _grads(model, tokens) -> dict[str, torch.Tensor]:

@@ -53,7 +53,13 @@ from vepo_mcore.checkpoint.stream import (
     write_dist_checkpoint,
 )
 from vepo_mcore.config import JobConfig, ParallelConfig, load_config, save_config, to_dict
+from vepo_mcore.models.vocab import padded_vocab_size
+from vepo_mcore.parallel import destroy, init_distributed
 from vepo_mcore.training.state_dict import load_model_state
+
+# Imported where used: megatron.core (heavy: seconds to import; the CLI's checks and errors come first),
+# torch.distributed.checkpoint (heavy: seconds on top of torch; only reading a checkpoint's metadata needs
+# it).
 
 CONFIG_FILE = "config.yaml"
 HF_CONFIG_FILE = "hf_config.json"
@@ -135,7 +141,6 @@ def plan_hf_to_megatron(
 def dry_run(hf_dir: str | Path, tp: int = 1, pp: int = 1, vocab_size: int | None = None) -> str:
     """The tensor mapping as text: megatron name [full shape] <- HF names [fusion, TP split]."""
     cfg, reader = plan_hf_to_megatron(hf_dir, tp, pp, vocab_size)
-    from vepo_mcore.models.vocab import padded_vocab_size
 
     m = cfg.model
     padded = padded_vocab_size(m.vocab_size, m.make_vocab_size_divisible_by, tp)
@@ -253,8 +258,6 @@ def load_megatron_checkpoint(model_chunks, ckpt_dir: str | Path) -> None:
 @contextlib.contextmanager
 def local_process_group():
     """A 1-process gloo group for in-process conversion (reuses an existing group of size 1)."""
-    from vepo_mcore.parallel import destroy, init_distributed
-
     if dist.is_initialized():
         if dist.get_world_size() != 1:
             raise RuntimeError("single-process conversion called inside a multi-process group")
@@ -401,8 +404,6 @@ def megatron_to_hf(
     else the checkpoint's params dtype. vocab_rows: default the source config.json's vocab_size,
     else the padded size at TP=1.
     """
-    from vepo_mcore.models.vocab import padded_vocab_size
-
     cfg = load_config(JobConfig, find_config(ckpt_dir))
     root = find_config(ckpt_dir).parent
     template = json.loads((root / HF_CONFIG_FILE).read_text()) if (root / HF_CONFIG_FILE).is_file() else None

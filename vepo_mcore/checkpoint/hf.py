@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from safetensors.torch import save
+from tokenizers import Tokenizer
 
 from vepo_mcore.config.model import ModelConfig
 
@@ -155,7 +157,6 @@ def tokenizer_vocab_size(hf_dir: str | Path) -> int | None:
     path = Path(hf_dir) / "tokenizer.json"
     if not path.is_file():
         return None
-    from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
 
@@ -318,8 +319,6 @@ def _safetensors_header(tensors: dict, metadata: dict) -> tuple[bytes, list[str]
     The order (dtype, then name) is taken from safetensors itself, by serialising empty tensors
     of the same names and dtypes, so it follows whatever the installed version does.
     """
-    from safetensors.torch import save
-
     empty = save({n: torch.empty(0, dtype=v[0]) for n, v in tensors.items()}, metadata=metadata)
     layout = json.loads(empty[8 : 8 + int.from_bytes(empty[:8], "little")])
     order = [n for n in layout if n != "__metadata__"]

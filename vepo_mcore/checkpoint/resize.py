@@ -40,10 +40,18 @@ from pathlib import Path
 
 import torch
 
+from vepo_mcore.checkpoint.hf import HFCheckpoint, HFWriter, copy_tokenizer_files, tokenizer_vocab_size
 from vepo_mcore.config import JobConfig
+from vepo_mcore.languages import default_tokenizer_dir
+from vepo_mcore.models.builder import build_model
 from vepo_mcore.models.vocab import padded_vocab_size
+from vepo_mcore.parallel import init_model_parallel
 from vepo_mcore.tokenizer.embedding_rows import _backend, new_row_sources, resize_embedding
+from vepo_mcore.training.checkpointing import checkpoint_config, save_checkpoint
 from vepo_mcore.training.state_dict import load_model_state
+
+# Imported where used: megatron.core (heavy: seconds to import; only the Megatron path loads it, never an HF
+# resize or the CLI's checks).
 
 VOCAB_KEYS = ("embedding.word_embeddings.weight", "output_layer.weight")
 HF_VOCAB_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
@@ -79,8 +87,6 @@ def plan_resize(base_tokenizer, expanded_tokenizer, old_vocab: int, where: str) 
 
 def _copy_expanded_tokenizer(expanded_dir: Path, dst: Path) -> None:
     """Tokenizer files (and the expansion manifest, for provenance) of the expanded directory."""
-    from vepo_mcore.checkpoint.hf import copy_tokenizer_files
-
     if not copy_tokenizer_files(expanded_dir, dst):
         raise FileNotFoundError(f"{expanded_dir} holds no tokenizer files (tokenizer.json expected)")
     if (expanded_dir / MANIFEST_FILE).is_file():
@@ -136,11 +142,6 @@ def resize_megatron_checkpoint(
     """
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing import load_tensors_metadata
-
-    from vepo_mcore.languages import default_tokenizer_dir
-    from vepo_mcore.models.builder import build_model
-    from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.training.checkpointing import checkpoint_config, save_checkpoint
 
     expanded_dir = Path(expanded_tokenizer).resolve()
     cfg, path = checkpoint_config(load, overrides)
@@ -215,9 +216,6 @@ def resize_hf_checkpoint(
     The base vocab is the tokenizer.json of `hf_in` when present, else `base_tokenizer` (default
     the shipped Qwen2.5); rows become padded_vocab_size(new_vocab, divisible_by, 1).
     """
-    from vepo_mcore.checkpoint.hf import HFCheckpoint, HFWriter, tokenizer_vocab_size
-    from vepo_mcore.languages import default_tokenizer_dir
-
     hf_in, hf_out, expanded_dir = Path(hf_in), Path(hf_out), Path(expanded_tokenizer)
     if hf_out.resolve() == hf_in.resolve():
         raise ValueError(f"--hf-out {hf_out} must differ from --hf-in (the source is read while writing)")

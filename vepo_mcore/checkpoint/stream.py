@@ -34,6 +34,10 @@ import torch.distributed as dist
 
 from vepo_mcore.checkpoint import mapping
 from vepo_mcore.config import JobConfig
+from vepo_mcore.models.vocab import padded_vocab_size
+
+# Imported where used: torch.distributed.checkpoint (heavy: seconds on top of torch; conversion's CLI checks
+# and --dry-run come first).
 
 # The local spec's norm names -> the keys megatron stores them under (Transformer Engine's).
 NORM_KEYS = {v: k for k, v in mapping.TE_ALIASES.items()}
@@ -121,8 +125,6 @@ def checkpoint_layout(cfg: JobConfig) -> tuple[list[Chunk], list[tuple[str, int]
     Returns (tensor chunks, (object key, rank) of the `_extra_state` objects), tensor by tensor
     in forward order with each tensor's chunks in rank order.
     """
-    from vepo_mcore.models.vocab import padded_vocab_size
-
     m, p = cfg.model, cfg.parallel
     tp, pp = p.tensor_model_parallel_size, p.pipeline_model_parallel_size
     padded = padded_vocab_size(m.vocab_size, m.make_vocab_size_divisible_by, tp)

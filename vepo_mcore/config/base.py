@@ -7,8 +7,11 @@ in a YAML file never silently falls back to a default.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
+import inspect
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -238,10 +241,6 @@ def yaml_error_message(path: str | Path, exc: yaml.YAMLError) -> str:
 
 def field_docs(cls: type) -> dict[str, str]:
     """{field name: its docstring} of a config dataclass (the string literal under each field)."""
-    import ast
-    import inspect
-    import textwrap
-
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):  # no source (a frozen build): no docs

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from vepo_mcore.languages import LANGS
+
 
 @dataclass(kw_only=True)
 class SFTPhaseConfig:
@@ -71,8 +73,6 @@ class DataConfig:
             if weight < 0:
                 raise ValueError(f"data.language_weights.{lang} must be >= 0, got {weight}")
         if self.mode == "cpt" and self.paths:
-            from vepo_mcore.languages import LANGS
-
             unknown = sorted(set(self.paths) - set(LANGS))
             if unknown:
                 raise ValueError(f"data.paths has unknown language(s) {unknown}; known: {', '.join(LANGS)}")

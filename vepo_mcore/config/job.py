@@ -6,6 +6,8 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 
+import yaml
+
 from vepo_mcore.config.base import config_help, load_config, to_dict
 from vepo_mcore.config.data import DataConfig
 from vepo_mcore.config.eval import EvalConfig
@@ -174,8 +176,6 @@ def job_from_cli(
     check_megatron_flags(overrides)
     cfg = load_config(JobConfig, args.config, overrides)
     if args.print_config:
-        import yaml
-
         tree = to_dict(cfg)
         print(yaml.safe_dump({k: tree[k] for k in sections} if sections else tree, sort_keys=False), end="")
         raise SystemExit(0)

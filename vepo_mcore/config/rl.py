@@ -9,6 +9,7 @@ from typing import Any, Literal
 from vepo_mcore.config.base import from_dict
 from vepo_mcore.config.rewards import FilterConfig, RewardsConfig
 from vepo_mcore.config.rollout_correction import RolloutCorrectionConfig
+from vepo_mcore.languages import sentence_range
 
 LOSS_OPTIONS: dict[str, type] = {}
 """The options dataclass of each loss that has options, by loss name: what a section
@@ -255,7 +256,6 @@ class RLConfig:
         self.loss.validate()
         if self.kl.coef < 0:
             raise ValueError(f"rl.kl.coef must be >= 0, got {self.kl.coef}")
-        from vepo_mcore.languages import sentence_range
 
         try:
             sentence_range(self.prompt_sentences)

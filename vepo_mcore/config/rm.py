@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vepo_mcore.languages import LANGS
+
 CATEGORIES: tuple[str, ...] = (
     "accuracy",
     "off-target",
@@ -53,8 +55,6 @@ class RMConfig:
 
     def validate(self) -> None:
         """ValueErrors naming the field."""
-        from vepo_mcore.languages import LANGS
-
         for name, values, known in (
             ("langs", self.langs, LANGS),
             ("categories", self.categories, CATEGORIES),

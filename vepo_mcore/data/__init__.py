@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the config (yaml, dataclasses) is not needed to tokenise: keep the tool's start-up short
     from vepo_mcore.config.job import JobConfig
 
+# Imported where used: vepo_mcore.data.blend (numpy, tokenizers, the config) and vepo_mcore.data.sft_splits
+# (pulls torch): every submodule import runs this package first, and the tokenising tool needs neither.
+
 
 def build_datasets(cfg: JobConfig, train_samples: int, valid_samples: int = 0):
     """(train, valid) map-style datasets for cfg.data.mode; samples are dicts of [s] tensors.

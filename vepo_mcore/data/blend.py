@@ -13,6 +13,7 @@ Every training sample holds exactly seq_length tokens, so the sample share is th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +23,9 @@ from vepo_mcore.config.job import JobConfig
 from vepo_mcore.data.indexed import check_prefix
 from vepo_mcore.languages import LANGS
 from vepo_mcore.tokenizer import Tokenizer, load_tokenizer
+
+# Imported where used: torch and megatron.core (heavy: seconds to import; the blend arithmetic and split
+# checks run without them, and the trainers import this module before they take the save folder's lock).
 
 
 def language_blend(data: DataConfig) -> dict[str, float]:
@@ -152,8 +156,6 @@ _NO_CACHE_FILTER = _FirstOnly("Cannot save the BlendedDataset indexes")
 def _warn_once_about_no_cache() -> None:
     """megatron warns 'Cannot save the BlendedDataset indexes' for each blended split it builds without
     data.cache_dir; print it once per process."""
-    import logging
-
     blended = logging.getLogger("megatron.core.datasets.blended_dataset")
     if _NO_CACHE_FILTER not in blended.filters:
         blended.addFilter(_NO_CACHE_FILTER)

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+# Imported where used: megatron.core (heavy, with torch: only reading datasets back needs it; the tokenising
+# tool writes them without it, and the trainers import this module before they take the save folder's lock).
+
 
 def dataset_prefix(output_prefix: str | Path, lang: str | None = None, key: str = "text") -> str:
     """Megatron-LM naming: `<output_prefix>[_<lang>]_<key>_document` (no .bin/.idx suffix)."""

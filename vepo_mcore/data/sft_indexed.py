@@ -52,6 +52,9 @@ from vepo_mcore.data.sft import (
 )
 from vepo_mcore.tokenizer import Tokenizer, load_tokenizer
 
+# Imported where used: megatron.core (heavy: only the memory-mapped reader needs it, not tokenising SFT data;
+# the trainers import this module before they take the save folder's lock).
+
 FORMAT = "vepo_mcore.sft_indexed"
 _SPAN_VOCAB = 1 << 31  # spans are token offsets: DocumentWriter then stores int32
 _PLAN_VERSION = 1

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+# Imported where used: comet (optional: the [comet] extra, unbabel-comet), torch (heavy: only to count GPUs
+# when `gpus` is not given).
+
 COMET_INSTALL_HINT = 'COMET-22 needs unbabel-comet: pip install -e ".[comet]" (or pip install unbabel-comet)'
 
 

@@ -16,6 +16,9 @@ from vepo_mcore.eval.baselines import PAPER_CONSTRAINTS
 from vepo_mcore.translation.directions import Direction
 from vepo_mcore.translation.sample import Sample
 
+# Imported where used: vepo_mcore.rewards.constraints (optional here: eval.runner probes it and evaluates
+# without the constraint table when it does not import).
+
 RATE_COLUMNS = ("lang", "length", "mixing", "overall")
 
 

@@ -37,8 +37,12 @@ from pathlib import Path
 from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
 from vepo_mcore.eval.systems import write_hypotheses
 from vepo_mcore.languages import load_flores, sentence_range
+from vepo_mcore.rewards.constraints import check_samples
+from vepo_mcore.rewards.mt import chrf_score
 from vepo_mcore.translation.directions import parse_directions
 from vepo_mcore.translation.prompts import clean_hypothesis, prompt_samples
+
+# Imported where used: vepo_mcore.rollout.base (pulls torch: reading and summarising records never loads it).
 
 METRICS = {
     "stop_rate": "stop",
@@ -75,8 +79,6 @@ def heldout_records(
     range `sentences`, n then unused), checked and scored. shard (k, m): the k-th of every m
     prompts, so m data-parallel ranks share the work. bitext: a folder of held-out pairs to use
     instead of FLORES (the module docstring)."""
-    from vepo_mcore.rewards.constraints import check_samples
-    from vepo_mcore.rewards.mt import chrf_score
     from vepo_mcore.rollout.base import SamplingParams
 
     sampling = SamplingParams(
@@ -160,8 +162,6 @@ def mismatched_chrf(records: Sequence[dict]) -> list[float]:
     its direction in `records` (by index, the last one against the first): what a policy scores
     with text that does not depend on the source. A direction with one sentence has no other
     reference; its record is scored against its own (chrf_source 0)."""
-    from vepo_mcore.rewards.mt import chrf_score
-
     out = [0.0] * len(records)
     for members in _by_direction(records).values():
         for k, position in enumerate(members):

@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import sentencepiece
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
@@ -38,7 +39,6 @@ class LocalSentencePieceTokenizer:
         path = Path(model_path)
         if not path.is_file():
             raise FileNotFoundError(f"spBLEU sentencepiece model {path} does not exist (eval.spm_model)")
-        import sentencepiece
 
         self.path = path
         self._sp = sentencepiece.SentencePieceProcessor(model_file=str(path))

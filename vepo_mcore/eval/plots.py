@@ -9,6 +9,8 @@ import numpy as np
 
 from vepo_mcore.languages import LANGS
 
+# Imported where used: matplotlib (heavy; plots only, and the Agg backend is chosen before pyplot loads).
+
 
 def score_matrix(scores: Mapping[str, float], langs: tuple[str, ...] = LANGS) -> np.ndarray:
     """{'en-th': 31.2, ...} -> float array [len(langs), len(langs)], rows = source, cols = target; NaN where absent."""

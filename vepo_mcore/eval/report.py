@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from vepo_mcore.eval.baselines import PAPER_TABLE3
+from vepo_mcore.eval.paper_tables import paper_direction_scores
 from vepo_mcore.translation.directions import GROUPS
 
 GROUP_COLUMNS: dict[str, str] = {**GROUPS, "avg": "Avg."}
@@ -146,8 +147,6 @@ def write_paper_comparison(
     path: str | Path, rows: Sequence[Mapping[str, object]], models: Sequence[str]
 ) -> None:
     """direction, metric, ours, then the paper appendix's number of each model (bleu / chrf / comet as computed)."""
-    from vepo_mcore.eval.paper_tables import paper_direction_scores
-
     metrics = [m for m in ("bleu", "chrf", "comet") if rows and m in rows[0]["scores"]]
     paper = {(model, m): paper_direction_scores(model, m) for model in models for m in metrics}
     with Path(path).open("w", encoding="utf-8", newline="") as fh:

@@ -27,21 +27,32 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
+from vepo_mcore.config.cli import check_output_folder
 from vepo_mcore.config.eval import EvalConfig, EvalSystemConfig
 from vepo_mcore.eval import bootstrap as bs
 from vepo_mcore.eval import report
+from vepo_mcore.eval.comet import comet_segment_scores, load_comet
+from vepo_mcore.eval.constraints import constraint_markdown, direction_rates, merge_rates
 from vepo_mcore.eval.metrics import (
+    METRICS,
     aggregate_score,
     clean_lines,
     metric_with_references,
     score_from_stats,
     sentence_stats,
 )
-from vepo_mcore.eval.systems import system_hypotheses
+from vepo_mcore.eval.plots import plot_heatmap
+from vepo_mcore.eval.systems import engine_from_hf, greedy_sampling, system_hypotheses, translate_directions
 from vepo_mcore.languages import load_flores
+from vepo_mcore.tokenizer.tokenizer import load_tokenizer
 from vepo_mcore.translation.directions import Direction, group_members, parse_directions
 from vepo_mcore.translation.prompts import DEFAULT_TEMPLATE
+
+# Imported where used: torch, vepo_mcore.eval.translate_checkpoint and vepo_mcore.parallel (pull torch:
+# scoring hypothesis files never loads it), vepo_mcore.rewards.constraints (probed: without it the run has no
+# constraint table).
 
 
 @dataclass(kw_only=True)
@@ -115,8 +126,6 @@ def score_direction(task: DirectionTask) -> DirectionResult:
                 np.asarray(base_stats, np.float64), indices, score_fn
             )
     if task.constraints:
-        from vepo_mcore.eval.constraints import direction_rates
-
         result.constraints = direction_rates(task.direction, task.sources, task.hypotheses)
         if task.reference_constraints:
             result.reference_constraints = direction_rates(task.direction, task.sources, task.references)
@@ -126,7 +135,6 @@ def score_direction(task: DirectionTask) -> DirectionResult:
 def _progress(iterable, total: int, enabled: bool, desc: str):
     if not enabled:
         return iterable
-    from tqdm import tqdm
 
     return tqdm(iterable, total=total, desc=desc, unit="dir", file=sys.stderr)
 
@@ -167,8 +175,6 @@ def _load_direction(job: EvalJob, direction: Direction) -> tuple[list[str], list
 
 
 def _add_comet(job: EvalJob, tasks: list[DirectionTask], results: list[DirectionResult]) -> None:
-    from vepo_mcore.eval.comet import comet_segment_scores, load_comet
-
     model = job.comet_model if job.comet_model is not None else load_comet(job.eval.comet_checkpoint)
     systems = [[t.hypotheses for t in tasks]]
     if job.eval.baseline is not None:
@@ -259,8 +265,6 @@ def _constraints_available() -> bool:
 
 
 def _write_constraints(job: EvalJob, results: Sequence[DirectionResult], out: Path) -> dict:
-    from vepo_mcore.eval.constraints import constraint_markdown, merge_rates
-
     per_direction = {job.eval.system.label: {str(r.direction): r.constraints for r in results}}
     if results and results[0].reference_constraints is not None:
         per_direction["reference"] = {str(r.direction): r.reference_constraints for r in results}
@@ -275,9 +279,6 @@ def _translate_with_model(
     job: EvalJob, spec: EvalSystemConfig, directions: list[Direction], out: Path
 ) -> EvalSystemConfig:
     """Greedy translations of every direction into spec.hyp_dir; returns spec as a hyp-dir system."""
-    from vepo_mcore.eval.systems import engine_from_hf, greedy_sampling, translate_directions
-    from vepo_mcore.tokenizer.tokenizer import load_tokenizer
-
     if not spec.model_path:
         raise ValueError("system 'hf-model' needs model_path (--eval.system.model_path DIR)")
     tok_dir = spec.tokenizer_path
@@ -323,9 +324,6 @@ def _hypothesis_source(
 def check_inputs(cfg: EvalConfig) -> None:
     """What a run would otherwise find out only after translating or scoring: the metric names, the
     COMET checkpoint and the output folder (ValueError / FileNotFoundError naming the field)."""
-    from vepo_mcore.config.cli import check_output_folder
-    from vepo_mcore.eval.metrics import METRICS
-
     for name in (m.strip() for m in cfg.metrics.split(",") if m.strip()):
         if name == "comet":
             raise ValueError(
@@ -409,8 +407,6 @@ def run_evaluation(job: EvalJob) -> dict:
         systems[job.eval.baseline.label] = group_scores(results, all_metrics, "baseline_scores")
     (out / "table3.md").write_text(report.table3_markdown(systems, width=job.eval.width), encoding="utf-8")
     if job.eval.plots:
-        from vepo_mcore.eval.plots import plot_heatmap
-
         for m in all_metrics:
             fmt = "{:.3f}" if m == "comet" else "{:.1f}"
             scores = {row["direction"]: row["scores"][m] for row in rows}
@@ -468,8 +464,6 @@ def print_summary(payload: dict, out_dir: str | Path, file=None) -> None:
         )
     constraints = payload["constraints"]
     if isinstance(constraints, dict):
-        from vepo_mcore.eval.constraints import constraint_markdown
-
         print(constraint_markdown(constraints), file=file)
     else:
         print(f"constraint table: {constraints}", file=file)

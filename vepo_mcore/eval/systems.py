@@ -20,10 +20,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from tqdm import tqdm
+
+from vepo_mcore.config import JobConfig
 from vepo_mcore.eval.metrics import read_lines
 from vepo_mcore.translation.directions import Direction
 from vepo_mcore.translation.prompts import DEFAULT_TEMPLATE, clean_hypothesis, prompt_samples
 from vepo_mcore.translation.sample import Sample
+
+# Imported where used: torch, vepo_mcore.rollout.base and vepo_mcore.checkpoint.hf (pull torch: the file
+# systems load nothing heavy).
 
 
 class Engine(Protocol):
@@ -175,7 +181,6 @@ def system_hypotheses(
 def engine_from_hf(hf_dir: str | Path, engine: str = "sglang", tokenizer=None):
     """A rollout engine serving a Hugging Face Qwen2 directory: 'sglang' (GPU), or any registered engine name."""
     from vepo_mcore.checkpoint.hf import model_config_from_hf, read_hf_config
-    from vepo_mcore.config import JobConfig
     from vepo_mcore.rollout.base import build_engine
 
     cfg = JobConfig()
@@ -203,8 +208,6 @@ def translate_directions(
     """
     iterable = directions
     if progress:
-        from tqdm import tqdm
-
         iterable = tqdm(directions, desc="translate", unit="dir")
     for direction in iterable:
         sources, references = load(direction)

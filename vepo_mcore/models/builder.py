@@ -21,6 +21,10 @@ from vepo_mcore.models.fusions import build_with_fusions, gpu_fusions, log_fusio
 from vepo_mcore.models.vocab import padded_vocab_size
 from vepo_mcore.parallel.device import has_cuda
 
+# Imported where used: megatron.core, vepo_mcore.models.attention and vepo_mcore.models.gpt (pull
+# megatron.core): heavy, seconds to import; the trainers import this module before they take the save folder's
+# lock.
+
 
 def use_transformer_engine(cfg: JobConfig) -> bool:
     """'auto' = TE when CUDA and transformer_engine are both present."""

@@ -32,9 +32,13 @@ from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
 import torch
+import torch.distributed as dist
 
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.parallel.device import has_cuda
+
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock).
 
 ROPE_MIN_TE = (1, 4)
 """megatron's TransformerConfig: 'apply_rope_fusion is not available. Please install TE >= 1.4.'"""
@@ -134,8 +138,6 @@ def machine() -> dict:
 
 def log_fusions_off(fusions: Fusions, *names: str) -> None:
     """One stderr line on rank 0 for each of `names` that is off on a GPU, each line once a process."""
-    import torch.distributed as dist
-
     if dist.is_initialized() and dist.get_rank() != 0:
         return
     for name in names:

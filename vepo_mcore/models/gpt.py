@@ -32,7 +32,12 @@ from __future__ import annotations
 
 import torch
 from megatron.core.models.gpt import GPTModel
-from megatron.core.tensor_parallel import ColumnParallelLinear, VocabParallelEmbedding
+from megatron.core.tensor_parallel import (
+    ColumnParallelLinear,
+    VocabParallelEmbedding,
+    copy_to_tensor_model_parallel_region,
+    gather_from_sequence_parallel_region,
+)
 
 from vepo_mcore.models.main_grad import embedding_into_main_grad, fused_main_grad
 from vepo_mcore.models.output_loss import DeferredOutputLayer, output_layer_cross_entropy
@@ -115,11 +120,6 @@ class QwenGPTModel(GPTModel):
 
         loss_mask [b, s] (GPTModel's own keyword): the weights the loss multiplies the per-token
         values by; given, the gradients are built in forward, saving the backward's recomputation."""
-        from megatron.core.tensor_parallel import (
-            copy_to_tensor_model_parallel_region,
-            gather_from_sequence_parallel_region,
-        )
-
         group = self.pg_collection.tp
         if self.config.sequence_parallel:
             # each TP rank holds s / TP positions: gather them (backward reduce-scatters the gradient)

@@ -8,10 +8,15 @@ head replicated on every TP rank, so TP/PP, checkpointing and the schedules work
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.models.builder import build_model
+
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock).
 
 
 class ScalarHead(torch.nn.Module):
@@ -59,8 +64,6 @@ def build_value_model(cfg: JobConfig, num_outputs: int = 1, pre_process=None, po
 
 
 def _untied(cfg: JobConfig) -> JobConfig:
-    import copy
-
     cfg = copy.deepcopy(cfg)
     cfg.model.tie_word_embeddings = False
     return cfg

@@ -17,6 +17,9 @@ import warnings
 
 import torch
 
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock; and the shim patches torch before megatron's modules are imported and patched).
+
 _INSTALLED = False
 
 

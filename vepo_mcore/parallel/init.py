@@ -21,6 +21,9 @@ import torch.distributed as dist
 from vepo_mcore.config.parallel import ParallelConfig
 from vepo_mcore.parallel.device import has_cuda, install_cpu_shim
 
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock).
+
 
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (for single-node tests and the CPU quickstart)."""

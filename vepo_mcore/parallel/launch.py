@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 import torch.multiprocessing as mp
 
 from vepo_mcore.parallel.init import destroy, free_port, init_distributed
@@ -29,8 +30,6 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple, er
     os.environ["LOCAL_RANK"] = str(rank)
     os.environ["WORLD_SIZE"] = str(world_size)
     # One thread per process: the workers share a small machine and gloo tests stay fast.
-    import torch
-
     torch.set_num_threads(1)
     try:
         init_distributed("gloo", rank=rank, world_size=world_size)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from vepo_mcore.config.rewards import RewardsConfig
+from vepo_mcore.languages import LANGS, load_flores
 from vepo_mcore.rewards.lid import CONFUSABLE, predict
 from vepo_mcore.rewards.registry import run_reward
 from vepo_mcore.translation.sample import Sample
@@ -146,8 +147,6 @@ def flores_samples(
 ) -> list[Sample]:
     """Samples for all 90 directions with the FLORES reference as the response, optionally marked up
     (``markup``) and/or corrupted (one of CORRUPTIONS)."""
-    from vepo_mcore.languages import LANGS, load_flores
-
     if corrupt is not None and corrupt not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {corrupt!r}; known: {', '.join(CORRUPTIONS)}")
     text = {code: load_flores(code, split)[:max_lines] for code in LANGS}

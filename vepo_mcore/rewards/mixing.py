@@ -31,6 +31,9 @@ from vepo_mcore.rewards.registry import TermResult, register_reward
 from vepo_mcore.rewards.scripts import foreign_script_share
 from vepo_mcore.translation.sample import Sample
 
+# Imported where used: wordfreq (~0.25 s: langcodes, ftfy, msgpack; only the Latin-script lexicons need it,
+# and the reward registry stays cheap to import).
+
 LATIN_GROUPS: tuple[tuple[str, ...], ...] = (("en",), ("ms", "id"), ("fil",), ("vi",))
 """Latin-script languages, with the ms/id pair as one group."""
 FOREIGN_MARGIN = 1.0

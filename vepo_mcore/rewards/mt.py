@@ -19,6 +19,9 @@ from vepo_mcore.languages import LANGUAGES, language
 from vepo_mcore.rewards.registry import TermResult, register_reward, registered_rewards, run_reward
 from vepo_mcore.translation.sample import Sample
 
+# Imported where used: comet (optional: the [comet] extra, unbabel-comet), torch (heavy: the reward registry
+# is torch-free).
+
 
 @functools.lru_cache(maxsize=1)
 def _chrf() -> CHRF:

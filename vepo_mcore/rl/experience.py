@@ -26,8 +26,12 @@ import torch
 from vepo_mcore.config.rl import LossConfig
 from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.logprobs import masked_policy_logprobs_and_entropy
+from vepo_mcore.rl.losses.ppo import value_loss
 from vepo_mcore.training.pipeline import broadcast_from_last_stage, forward_backward
 from vepo_mcore.translation.sample import Sample
+
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock).
 
 
 @dataclass(kw_only=True)
@@ -235,8 +239,6 @@ def critic_values(critic, exp: Experience, micro_batch_size: int) -> torch.Tenso
 
 def critic_forward_step(data_iterator: Iterator[Experience], model, *, loss_cfg: LossConfig):
     """megatron forward_step for the PPO critic: clipped value loss against the GAE returns."""
-    from vepo_mcore.rl.losses.ppo import value_loss
-
     mb = next(data_iterator)
     values = model(mb.tokens, mb.position_ids, None)
     agg = "tokens" if loss_cfg.loss_agg == "global_tokens" else loss_cfg.loss_agg

@@ -48,6 +48,9 @@ from vepo_mcore.models.output_loss import (
     group_rank_size,
 )
 
+# Imported where used: megatron.core (heavy, and optional here: without it, or before its parallel state
+# exists, there is no TP group).
+
 CHUNK_BYTES = 32 << 20
 """Default size of one work buffer ([chunk tokens, V_shard] in the compute dtype). Forward holds two,
 backward one beside the logits' gradient, so the memory above the logits and their gradient is

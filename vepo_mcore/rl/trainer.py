@@ -29,17 +29,35 @@ import torch.distributed as dist
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.config.rollout_correction import RolloutCorrectionConfig
 from vepo_mcore.eval.diversity import distinct_n, group_chrf
+from vepo_mcore.eval.heldout import heldout_records, summarize
+from vepo_mcore.models.builder import build_model
 from vepo_mcore.models.fp8 import token_multiple
+from vepo_mcore.models.heads import build_value_model
+from vepo_mcore.parallel import init_model_parallel
 from vepo_mcore.parallel.device import device
 from vepo_mcore.rewards.rlvr import check_weights, rlvr_reward
 from vepo_mcore.rl import experience as xp
 from vepo_mcore.rl.filtering import dynamic_sampling, filter_candidates
 from vepo_mcore.rl.losses import check_loss_options, get_loss
 from vepo_mcore.rl.losses.loss_func import rl_forward_step
+from vepo_mcore.rl.losses.ppo import ppo_gae
+from vepo_mcore.rl.losses.registry import compute_advantages, compute_keep
+from vepo_mcore.rl.prompts import TranslationPrompts
 from vepo_mcore.rl.rollout_correction import rollout_correction
 from vepo_mcore.rm import reward as _rm_term  # noqa: F401  (registers the reward term `rm`)
+from vepo_mcore.rollout.base import build_engine
+from vepo_mcore.rollout.weight_sync import sync_weights
+from vepo_mcore.tokenizer import load_tokenizer
+from vepo_mcore.training.checkpointing import load_checkpoint, save_checkpoint
+from vepo_mcore.training.curves import PANELS, VALIDATION_PANELS, plot_curves
 from vepo_mcore.training.logging import rl_flops_per_token
+from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, unwrap, wrap_model
+from vepo_mcore.training.runner import check_vocab, run_training
+from vepo_mcore.training.trainer import train_step
 from vepo_mcore.translation.sample import Sample
+
+# Imported where used: megatron.core (lock order: training/runner.py takes the save folder's lock before
+# RLTrainer builds anything, so a second launch is refused in seconds, before megatron loads).
 
 
 class RLTrainer:
@@ -47,15 +65,6 @@ class RLTrainer:
 
     def __init__(self, cfg: JobConfig):
         from megatron.core import parallel_state as ps
-
-        from vepo_mcore.models.builder import build_model
-        from vepo_mcore.parallel import init_model_parallel
-        from vepo_mcore.rl.prompts import TranslationPrompts
-        from vepo_mcore.rollout.base import build_engine
-        from vepo_mcore.tokenizer import load_tokenizer
-        from vepo_mcore.training.checkpointing import load_checkpoint
-        from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, unwrap, wrap_model
-        from vepo_mcore.training.runner import check_vocab
 
         self.cfg = cfg = rl_job_config(cfg)
         init_model_parallel(cfg.parallel, seed=cfg.training.seed)
@@ -80,8 +89,6 @@ class RLTrainer:
         self.reference.load_state_dict(unwrap(self.model).state_dict())
         self.critic = self.critic_optimizer = self.critic_scheduler = None
         if get_loss(cfg.rl.loss.name).needs_critic:
-            from vepo_mcore.models.heads import build_value_model
-
             self.critic = wrap_model(build_value_model(cfg), cfg)
             self.critic_optimizer = build_optimizer(self.critic, cfg)
             self.critic_scheduler = build_scheduler(self.critic_optimizer, cfg)
@@ -142,8 +149,6 @@ class RLTrainer:
         rank its share: their stop rate, constraint pass rates and chrF++ (eval.heldout.summarize,
         the numbers tools/eval_heldout.py gives for devtest) and how many prompts were scored; None
         without rl.eval_sentences."""
-        from vepo_mcore.eval.heldout import heldout_records, summarize
-
         rl = self.cfg.rl
         if not rl.eval_sentences:
             return None
@@ -159,8 +164,6 @@ class RLTrainer:
         return {**summarize(records), "prompts": float(len(records))}
 
     def finish(self, history: list[dict[str, float]]) -> None:
-        from vepo_mcore.training.curves import PANELS, VALIDATION_PANELS, plot_curves
-
         save = self.cfg.training.checkpoint.save
         if dist.get_rank() == 0 and save and history:
             panels = PANELS + VALIDATION_PANELS if self.cfg.rl.eval_sentences else PANELS
@@ -205,8 +208,6 @@ class RLTrainer:
         """Wake the engine and push the newest weights if it keeps its own copy; release its memory after."""
         self.engine.wake()
         if self.weights_stale or not self.engine.weights_survive_sleep:
-            from vepo_mcore.rollout.weight_sync import sync_weights
-
             start = time.perf_counter()
             sync_weights(self.engine, self.model, self.cfg, version=self.iteration)
             self.sync_s += time.perf_counter() - start
@@ -222,8 +223,6 @@ class RLTrainer:
 
     def experience(self, samples: list[Sample], metrics: dict[str, float]) -> xp.Experience:
         """The rollout as tensors for the loss: old/reference log-probs at tau, critic values, advantages."""
-        from vepo_mcore.rl.losses.registry import compute_advantages, compute_keep
-
         cfg, loss = self.cfg, self.cfg.rl.loss
         # On the compute device from here on: the forward passes, NCCL's all-reduce of the
         # advantage statistics and the pipeline broadcasts all need device tensors. FP8 GEMMs need
@@ -244,8 +243,6 @@ class RLTrainer:
         exp.advantages = compute_advantages(batch, loss, cfg.rl.kl)
         exp.keep = compute_keep(batch, loss, cfg.rl.kl)  # on the whole batch: micro-batches split groups
         if self.critic is not None:
-            from vepo_mcore.rl.losses.ppo import ppo_gae
-
             exp.returns = ppo_gae(batch, loss, cfg.rl.kl)[1]
         metrics.update(_experience_metrics(samples, exp))
         return exp
@@ -257,8 +254,6 @@ class RLTrainer:
 
     def train(self, exp: xp.Experience) -> dict[str, float]:
         """ppo_epochs x mini_batches optimizer steps of the policy (and the critic for PPO)."""
-        from vepo_mcore.training.trainer import train_step
-
         cfg = self.cfg
         rows = exp.num_rows // cfg.rl.mini_batches
         policy_step = partial(rl_forward_step, cfg=cfg.rl.loss, kl=cfg.rl.kl, vocab_size=cfg.model.vocab_size)
@@ -279,8 +274,6 @@ class RLTrainer:
         return {key: sum(v) / len(v) for key, v in metrics.items()}
 
     def save(self) -> None:
-        from vepo_mcore.training.checkpointing import save_checkpoint
-
         ckpt = self.cfg.training.checkpoint
         common = dict(data_state={"prompts": self.prompts.state_dict()}, config=self.cfg,
                       tokenizer_dir=str(self.tokenizer.path), keep_last=ckpt.keep_last,
@@ -293,8 +286,6 @@ class RLTrainer:
 
 def train_rl(cfg: JobConfig) -> list[dict[str, float]]:
     """Run RL to training.train_iters steps, logging and checkpointing; returns this call's metrics."""
-    from vepo_mcore.training.runner import run_training
-
     return run_training(cfg.training.checkpoint, lambda: RLTrainer(cfg), cfg.training.logging)
 
 

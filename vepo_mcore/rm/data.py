@@ -25,6 +25,7 @@ import torch
 
 from vepo_mcore.languages import LANGS, load_flores
 from vepo_mcore.rewards.corruptions import CATEGORIES, corrupt, label_vector
+from vepo_mcore.tokenizer import load_tokenizer
 from vepo_mcore.tokenizer.tokenizer import IM_END
 from vepo_mcore.translation.directions import Direction
 from vepo_mcore.translation.prompts import format_prompt
@@ -59,8 +60,6 @@ def build_pairs(
     With probability `other_language` a (line, target)'s off-target corruption is the same FLORES
     line in a third language (neither source nor target); otherwise it copies the source.
     """
-    from vepo_mcore.tokenizer import load_tokenizer
-
     tokenizer = tokenizer or load_tokenizer()
     flores = {lang: load_flores(lang, split) for lang in LANGS}
     rng = random.Random(seed)

@@ -18,9 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 
 from vepo_mcore.rewards.corruptions import CATEGORIES, label_vector
 from vepo_mcore.rm.data import Pair
+
+# Imported where used: megatron.core and vepo_mcore.rm.model (pulls megatron.core): heavy, seconds to import;
+# the trainers import this module before they take the save folder's lock.
 
 
 @dataclass
@@ -101,7 +105,6 @@ def evaluate_pairs(
     """Collective over every rank: each data-parallel rank scores both sides of its share of the
     pairs (every DP-th pair; its TP/PP group together), the shares are gathered, and every rank
     summarises all pairs."""
-    import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
     from vepo_mcore.rm.model import score_texts

@@ -21,7 +21,12 @@ import contextlib
 
 from vepo_mcore.config.rewards import RewardsConfig
 from vepo_mcore.rewards.registry import TermResult, register_reward
+from vepo_mcore.translation.directions import Direction
+from vepo_mcore.translation.prompts import format_prompt
 from vepo_mcore.translation.sample import Sample
+
+# Imported where used: vepo_mcore.rm.model (pulls megatron.core) and vepo_mcore.rm.placement (pulls torch):
+# the model side loads when the term is first built; registering the term costs nothing.
 
 _CACHE: dict[tuple[str, str], tuple] = {}
 """(checkpoint, placement) -> (model, cfg, tokenizer, Offloader or None): one RM per process."""
@@ -58,8 +63,6 @@ def clear_cache() -> None:
 def _prompt(sample: Sample, tokenizer) -> str:
     if sample.prompt:
         return sample.prompt
-    from vepo_mcore.translation.directions import Direction
-    from vepo_mcore.translation.prompts import format_prompt
 
     if not (sample.source and sample.src_lang and sample.tgt_lang):
         raise ValueError("reward 'rm': a sample needs a prompt, or source + src_lang + tgt_lang")

@@ -13,17 +13,30 @@ rm.model.load_reward_model reads back.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import torch.distributed as dist
 
 from vepo_mcore.config.job import JobConfig
-from vepo_mcore.rm.data import Pair, PairDataset, positive_weights
+from vepo_mcore.languages import LANGS, default_tokenizer_dir
+from vepo_mcore.rewards.corruptions import CATEGORIES
+from vepo_mcore.rm.data import Pair, PairDataset, build_pairs, positive_weights
+from vepo_mcore.rm.evaluate import evaluate_pairs, markdown_report
 from vepo_mcore.rm.loss import make_forward_step
+from vepo_mcore.tokenizer import load_tokenizer
+from vepo_mcore.training.curves import plot_curves
+from vepo_mcore.training.trainer import pretrain, resumes_own_checkpoint
+
+# Imported where used: vepo_mcore.rm.model (pulls megatron.core; lock order: importing this module must load
+# no megatron, so that a run can take the save folder's lock first and refuse a second launch in seconds).
 
 
 def rm_model_provider(cfg: JobConfig):
     """This rank's RM stage; its trunk comes from rm.init_from unless the run resumes its own checkpoint."""
     from vepo_mcore.rm.model import build_reward_model, load_policy_weights
-    from vepo_mcore.training.trainer import resumes_own_checkpoint
 
     model = build_reward_model(cfg)
     if cfg.rm.init_from and not resumes_own_checkpoint(cfg):
@@ -44,8 +57,6 @@ def train_rm(
     Category positives are weighted negatives / positives (rm.balance_categories) as counted in
     `pairs`, so a resumed run weights them exactly as the first did.
     """
-    from vepo_mcore.training.trainer import pretrain
-
     if not pairs:
         raise ValueError("train_rm: no training pairs")
     t = cfg.training
@@ -77,19 +88,7 @@ def train_and_report(cfg: JobConfig) -> dict:
     """Collective: pairs from FLORES dev (training) and devtest (held out), train_rm, then the saved RM
     evaluated on the held-out pairs; rank 0 writes <rm.report_dir>/eval.md, eval.json, curves.png.
     Returns the summary written to eval.json."""
-    import json
-    from dataclasses import asdict
-    from pathlib import Path
-
-    import torch.distributed as dist
-
-    from vepo_mcore.languages import LANGS, default_tokenizer_dir
-    from vepo_mcore.rewards.corruptions import CATEGORIES
-    from vepo_mcore.rm.data import build_pairs
-    from vepo_mcore.rm.evaluate import evaluate_pairs, markdown_report
     from vepo_mcore.rm.model import load_reward_model
-    from vepo_mcore.tokenizer import load_tokenizer
-    from vepo_mcore.training.curves import plot_curves
 
     r, t = cfg.rm, cfg.training
     if not t.checkpoint.save:

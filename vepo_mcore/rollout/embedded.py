@@ -30,6 +30,9 @@ from collections.abc import Iterable
 import torch
 import torch.distributed as dist
 
+from vepo_mcore.checkpoint import mapping
+from vepo_mcore.checkpoint.convert import layer_offset
+from vepo_mcore.models.builder import model_vocab_size, use_transformer_engine
 from vepo_mcore.parallel.device import without_shim_mode
 from vepo_mcore.rollout.base import (
     SamplingParams,
@@ -40,6 +43,9 @@ from vepo_mcore.rollout.base import (
 )
 from vepo_mcore.rollout.static_decode import StaticCacheDecoder, unsupported_reason
 from vepo_mcore.translation.sample import Sample
+
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock, and the engine registry imports this module).
 
 
 class EmbeddedEngine:
@@ -66,7 +72,6 @@ class EmbeddedEngine:
         base_seed = cfg.training.seed if seed is None else seed
         self.generator = torch.Generator().manual_seed(base_seed)
         self._context = None
-        from vepo_mcore.models.builder import use_transformer_engine
 
         self.equal_length_batches = use_transformer_engine(cfg)
         self.static_cache_decoder = True
@@ -117,10 +122,6 @@ class EmbeddedEngine:
         can load any policy, and so the contract suite runs against every engine alike.
         """
         from megatron.core import parallel_state
-
-        from vepo_mcore.checkpoint import mapping
-        from vepo_mcore.checkpoint.convert import layer_offset
-        from vepo_mcore.models.builder import model_vocab_size
 
         hf = dict(named_tensors)
         known = {

@@ -46,6 +46,7 @@ import multiprocessing
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,8 +55,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from vepo_mcore.checkpoint.hf import hf_config_from_model
 from vepo_mcore.rollout.base import SamplingParams, as_samples, finish_sample, register_engine
 from vepo_mcore.translation.sample import Sample
+
+# Imported where used: sglang (optional: the [gpu] extra; the CPU fake stands in for it in tests),
+# megatron.core (heavy, and optional here: without model parallelism every rank is its own replica).
 
 PADDING_BIAS = -1e9
 
@@ -561,8 +566,6 @@ def wait_until_settled(
     last, steady, waited = read_free(), 0, 0.0
     while steady < settle_reads:
         if waited >= timeout:
-            import warnings
-
             warnings.warn(
                 f"free GPU memory still changing after {timeout:.0f}s ({last} bytes free); going on",
                 stacklevel=2,
@@ -637,8 +640,6 @@ def _check_result(result: Any, names: list[str], what: str = "weight update") ->
 
 def write_config_dir(cfg, out_dir: str | os.PathLike) -> str:
     """A config-only HF Qwen2 directory for cfg.model (engine starts with load_format='dummy')."""
-    from vepo_mcore.checkpoint.hf import hf_config_from_model
-
     dtype = torch.bfloat16 if cfg.training.bf16 else torch.float32
     hf = hf_config_from_model(cfg.model, None, cfg.model.vocab_size, dtype)
     hf["rope_theta"] = cfg.model.rotary_base  # transformers 4.x (what SGLang pins) reads this key

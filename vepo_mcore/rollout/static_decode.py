@@ -21,6 +21,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock).
+
 _LAYER_PARAMS = {
     "input_layernorm.weight",
     "self_attention.linear_qkv.weight",

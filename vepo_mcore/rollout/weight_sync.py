@@ -44,6 +44,8 @@ slime/backends/megatron_utils/update_weight_utils.py); with DP = 1 the two are t
 from __future__ import annotations
 
 import datetime
+import ipaddress
+import os
 import queue
 import socket
 import threading
@@ -51,8 +53,14 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world
 
 from vepo_mcore.checkpoint import mapping
+from vepo_mcore.checkpoint.convert import layer_offset
+from vepo_mcore.rollout.sglang_engine import bucketize
+
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock).
 
 
 def _unwrap(model):
@@ -86,8 +94,6 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
 def _stage_weights(model, cfg) -> Iterator[tuple[str, torch.nn.Parameter]]:
     """(global megatron name, local shard) of this stage's weights: no weightless entries, and no
     tied output layer (the last stage's copy of the embedding)."""
-    from vepo_mcore.checkpoint.convert import layer_offset
-
     offset = layer_offset(model)
     for name, param in model.named_parameters():
         global_name = mapping.global_layer_name(name, offset)
@@ -247,8 +253,6 @@ def init_update_group(
     lower-level helper; the group is registered with identity rank mapping so torch.distributed's
     collectives take it (`src=0` is the group's rank 0).
     """
-    from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world
-
     timeout = datetime.timedelta(minutes=30)
     store, rank, world_size = next(
         dist.rendezvous(f"tcp://{master_address}:{master_port}", rank, world_size, timeout=timeout)
@@ -270,9 +274,6 @@ def _host_address(master_address: str | None = None) -> str:
     master means one node, 127.0.0.1. The host name's own entry is not used: /etc/hosts often maps
     it to 127.0.1.1, unreachable from other nodes. Without any master address: 127.0.0.1.
     """
-    import ipaddress
-    import os
-
     master = master_address or os.environ.get("MASTER_ADDR")
     if not master:
         return "127.0.0.1"
@@ -400,8 +401,6 @@ def sync_weights_distributed(engine, model, cfg, bucket_bytes: int | None = None
     another; every other rank takes part in its replica's TP gathers only.
     Returns the engine's stats on owners ({'bytes', 'tensors', 'calls', 'seconds'}), None elsewhere.
     """
-    from vepo_mcore.rollout.sglang_engine import bucketize
-
     groups = getattr(engine, "update_groups", None)
     if groups is None:
         groups = engine.update_groups = UpdateGroups(engine, cfg)

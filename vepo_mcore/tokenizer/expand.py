@@ -29,9 +29,12 @@ import regex
 from tokenizers import Tokenizer as HFTokenizer
 from tqdm import tqdm
 
-from vepo_mcore.languages import EXPANDED_LANGS, language, load_flores
+from vepo_mcore.languages import EXPANDED_LANGS, flores_path, language, load_flores
 from vepo_mcore.tokenizer.merges import learn_merges, pair_key
 from vepo_mcore.tokenizer.pretokenizer import DEFAULT_PRETOKENIZER, set_pretokenizer
+
+# Imported where used: wordfreq (~0.25 s: langcodes, ftfy, msgpack; only wordfreq corpora and the protection
+# lists need it).
 
 BASE_VOCAB_SIZE = 151_665
 """Qwen2.5: 151,643 BPE tokens + 22 added tokens (151643-151664)."""
@@ -403,8 +406,6 @@ def expand_tokenizer(
 
 def default_corpora() -> dict[str, list[Path]]:
     """FLORES-200 dev of each expanded language (devtest is never a training source)."""
-    from vepo_mcore.languages import flores_path
-
     return {lang: [flores_path(lang, "dev")] for lang in EXPANDED_LANGS}
 
 

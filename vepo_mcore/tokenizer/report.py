@@ -14,9 +14,16 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 
 from vepo_mcore.languages import EXPANDED_LANGS, LANGS, language, load_flores
-from vepo_mcore.tokenizer.expand import ExpansionResult, build_tokenizer, read_tokenizer_json
+from vepo_mcore.tokenizer.expand import (
+    ExpansionResult,
+    build_tokenizer,
+    expand_tokenizer,
+    read_tokenizer_json,
+)
 from vepo_mcore.tokenizer.pretokenizer import set_pretokenizer
-from vepo_mcore.tokenizer.verify import check_invariants, encode_lines, invariant_errors
+from vepo_mcore.tokenizer.verify import check_invariants, encode_lines, invariant_errors, verify_tokenizer_dir
+
+# Imported where used: matplotlib (heavy; the plot only, and the Agg backend is chosen before pyplot loads).
 
 GOAL_LANGS = ("km", "lo", "my", "th")
 GOAL_GAIN = 2.0
@@ -237,9 +244,6 @@ def expand_and_report(
     Verifies the saved directory (verify.verify_tokenizer_dir) and writes the report when
     report_dir is given. Returns the saved expansion and the report.
     """
-    from vepo_mcore.tokenizer.expand import expand_tokenizer
-    from vepo_mcore.tokenizer.verify import verify_tokenizer_dir
-
     base_dir = Path(base_dir)
     results = {}
     for name in [pretokenizer, *(n for n in compare if n != pretokenizer)]:

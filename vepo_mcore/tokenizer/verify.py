@@ -21,6 +21,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from vepo_mcore.languages import LANGS, default_tokenizer_dir, load_flores
 from vepo_mcore.tokenizer.expand import BASE_VOCAB_SIZE, MANIFEST, PROTECTED_LANGS, read_tokenizer_json
+from vepo_mcore.tokenizer.tokenizer import Tokenizer
 
 
 def encode_lines(tokenizer: HFTokenizer, lines: Sequence[str]) -> list[list[int]]:
@@ -90,8 +91,6 @@ def verify_tokenizer_dir(
 
     Returns {"vocab_size", "new_tokens", "invariants"}; raises ValueError listing what broke.
     """
-    from vepo_mcore.tokenizer.tokenizer import Tokenizer
-
     path = Path(path)
     base_dir = Path(base_dir) if base_dir is not None else default_tokenizer_dir()
     manifest_file = path / MANIFEST

@@ -51,12 +51,14 @@ produces); loading one restores only the model (like `finetune=True`).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
 import random
 import re
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -71,9 +73,12 @@ import torch
 import torch.distributed as dist
 
 from vepo_mcore.config import JobConfig, load_config
-from vepo_mcore.config.base import apply_overrides
+from vepo_mcore.config.base import apply_overrides, save_config, to_dict
 from vepo_mcore.training.optimizer import adam_step_tensor, torch_adams, unwrap
 from vepo_mcore.training.state_dict import load_model_state
+
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock).
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 INTEGRITY_FILE = "integrity.json"
@@ -350,8 +355,6 @@ def save_checkpoint(
     """
     from megatron.core import dist_checkpointing
 
-    from vepo_mcore.config.base import to_dict
-
     save_dir = Path(save_dir)
     finalize_async_saves(save_dir)  # one save in flight per folder: the previous one completes first
     final = iteration_dir(save_dir, iteration)
@@ -405,8 +408,6 @@ def _complete_save(
 ) -> None:
     """Collective, after every rank's shards are written: integrity.json, config and tokenizer, the
     rename and the `latest` pointer (rank 0), retention."""
-    from vepo_mcore.config.base import save_config
-
     _barrier()
     # Each rank hashes the shards it wrote (from its page cache; an async writer hashed them already).
     recorded = [_own_shard_records(tmp)]
@@ -572,9 +573,6 @@ def _die_with_parent(parent_pid: int) -> None:
     """SIGKILL this process when its parent dies (Linux prctl PR_SET_PDEATHSIG): a writer left behind by
     a killed trainer could otherwise write into an `iter_*.tmp` folder that a relaunch re-creates."""
     if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent_pid:  # the parent died before the line above
         os._exit(1)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Imported where used: matplotlib (heavy; plots only, and the Agg backend is chosen before pyplot loads).
+
 PANELS = (
     ("reward/mt", "R_mt: chrF++ / 100"),
     ("reward/total", "reward (raw total)"),

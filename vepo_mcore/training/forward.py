@@ -22,7 +22,11 @@ from functools import partial
 
 import torch
 
+from vepo_mcore.data.sft import block_causal_mask
 from vepo_mcore.parallel.device import device
+
+# Imported where used: megatron.core and vepo_mcore.data.packing (pulls megatron.core): heavy, seconds to
+# import; the trainers import this module before they take the save folder's lock.
 
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "attention_mask", "segment_ids")
 
@@ -99,7 +103,5 @@ def _packed_attention(batch: dict[str, torch.Tensor], model) -> tuple[dict[str, 
         batch, params = to_thd(batch, multiple)  # the loss mask comes back [1, T] too: the loss sums it
         return batch, {"packed_seq_params": params}
     if "attention_mask" not in batch:
-        from vepo_mcore.data.sft import block_causal_mask
-
         batch["attention_mask"] = block_causal_mask(batch["segment_ids"])
     return batch, {}

@@ -32,12 +32,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
+from tqdm import tqdm
+
+from vepo_mcore.config import to_dict
 from vepo_mcore.config.job import JobConfig
+
+# Imported where used: torch and torch.utils.tensorboard (heavy: this module is torch-free until a run logs),
+# wandb (optional: not a dependency; imported only when training.logging.wandb_project is set).
 
 # Dense bf16 peak FLOP/s per GPU for MFU (H100 SXM; override through MetricsLogger(peak_flops=...)).
 H100_BF16_PEAK_FLOPS = 989e12
@@ -123,8 +130,6 @@ class MetricsLogger:
             self.consumed_tokens = int(rows[-1].get("perf/consumed_tokens", 0)) if rows else 0
             self._jsonl = open(jsonl, "a")  # noqa: SIM115 - kept open for the whole run
         if log.progress_bar and sys.stderr.isatty():
-            from tqdm import tqdm
-
             self._bar = tqdm(
                 total=self.total, initial=start_iteration, desc="train", dynamic_ncols=True, file=sys.stderr
             )
@@ -214,8 +219,6 @@ class MetricsLogger:
 
 def _start_wandb(cfg: JobConfig):
     """A W&B run for training.logging.wandb_project (wandb is optional: imported only here)."""
-    from vepo_mcore.config import to_dict
-
     log, save = cfg.training.logging, cfg.training.checkpoint.save
     try:
         import wandb
@@ -366,7 +369,6 @@ def peak_memory_bytes() -> int:
         import torch
 
         return torch.cuda.max_memory_allocated()
-    import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
 

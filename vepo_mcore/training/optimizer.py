@@ -17,7 +17,11 @@ import contextlib
 import torch
 
 from vepo_mcore.config.job import JobConfig
+from vepo_mcore.models.fusions import gpu_fusions, log_fusions_off, machine
 from vepo_mcore.parallel.device import has_cuda
+
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock).
 
 
 def wrap_model(model: torch.nn.Module, cfg: JobConfig):
@@ -32,8 +36,6 @@ def wrap_model(model: torch.nn.Module, cfg: JobConfig):
         finalize_model_grads,
     )
     from megatron.core.transformer.module import Float16Module
-
-    from vepo_mcore.models.fusions import gpu_fusions, log_fusions_off, machine
 
     config = model.config
     dp_size = parallel_state.get_data_parallel_world_size(with_context_parallel=True)

@@ -9,6 +9,9 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+# Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
+# take the save folder's lock).
+
 
 def forward_backward(
     model, micro_batches: list, forward_step: Callable, forward_only: bool, shape: tuple[int, int]

@@ -22,6 +22,7 @@ from vepo_mcore.config.job import JobConfig
 from vepo_mcore.data.sft import is_jsonl
 from vepo_mcore.data.sft_indexed import sft_files
 from vepo_mcore.models.vocab import padded_vocab_size
+from vepo_mcore.tokenizer import load_tokenizer
 from vepo_mcore.training.checkpointing import LATEST_FILE
 
 KINDS = ("pretrain", "rl", "rm")
@@ -56,8 +57,6 @@ def vocab_problem(cfg: JobConfig) -> str | None:
 
     model.vocab_size is the tokenizer's real ids; the embedding pads itself to a multiple of
     make_vocab_size_divisible_by x TP (models/vocab.py), so the padded size is a mistake too."""
-    from vepo_mcore.tokenizer import load_tokenizer
-
     tokenizer = load_tokenizer(cfg.tokenizer.path)
     ids, size, model = len(tokenizer), cfg.model.vocab_size, cfg.model
     if size == ids:

@@ -9,9 +9,10 @@ schedule. The loop around the steps is training/runner.py's.
 A dataset is map-style (len + getitem -> dict of [s] tensors, e.g. megatron.core's GPTDataset
 or BlendedDataset); which samples a DP rank reads is fixed by the global data position
 (training/sampler.py), so resume is exact and may change the DP size.
-megatron.core and the model side are imported inside the functions: the save folder's writer lock
-(training/runner.py) is taken before they load, so a second launch on a held folder is refused in
-seconds, not after the imports.
+megatron.core (and data/packing.py, which loads it) is imported inside the functions: importing
+the trainers loads no megatron (tests/unit/test_lazy_imports.py), so a run can take the save
+folder's writer lock (training/runner.py) before megatron and its import-time notices. RL builds
+everything inside the lock; pretrain() still runs init_model_parallel, which loads megatron, first.
 """
 
 from __future__ import annotations
@@ -23,8 +24,21 @@ import torch
 import torch.distributed as dist
 
 from vepo_mcore.config.job import JobConfig
-from vepo_mcore.models.builder import use_transformer_engine
+from vepo_mcore.data.blend import build_cpt_datasets, format_share, language_blend, realised_language_share
+from vepo_mcore.data.sft_splits import build_sft_splits
+from vepo_mcore.languages import default_tokenizer_dir
+from vepo_mcore.models.builder import build_model, use_transformer_engine
+from vepo_mcore.parallel import init_model_parallel
+from vepo_mcore.tokenizer import load_tokenizer
+from vepo_mcore.training.checkpointing import load_checkpoint, resolve_checkpoint, save_checkpoint
 from vepo_mcore.training.forward import forward_step as lm_forward_step
+from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, wrap_model
+from vepo_mcore.training.runner import check_vocab, run_training
+from vepo_mcore.training.sampler import micro_batches
+
+# Imported where used: megatron.core and vepo_mcore.data.packing (pulls megatron.core; lock order: importing
+# this module must load no megatron, so that a run can take the save folder's lock first and refuse a second
+# launch in seconds).
 
 
 def train_step(
@@ -149,9 +163,6 @@ def pretrain(
     model passes its own. A dataset whose items hold several sequences (the RM's pairs) says so in
     `rows_per_sample`. Returns the per-step metrics of the steps run in this call (on every rank).
     """
-    from vepo_mcore.parallel import init_model_parallel
-    from vepo_mcore.training.runner import run_training
-
     init_model_parallel(cfg.parallel, seed=cfg.training.seed)  # validates cfg.parallel first (no VPP)
     cfg.validate(dist.get_world_size())
     build = partial(
@@ -175,17 +186,10 @@ class LMTrainer:
     ):
         from megatron.core import parallel_state as ps
 
-        from vepo_mcore.models.builder import build_model
-        from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, wrap_model
-        from vepo_mcore.training.runner import check_vocab
-        from vepo_mcore.training.sampler import micro_batches
-
         t = cfg.training
         if train_dataset is None:
             train_dataset, valid_dataset, tokenizer_dir = default_datasets(cfg)
         if tokenizer_dir is not None:
-            from vepo_mcore.tokenizer import load_tokenizer
-
             check_vocab(cfg.model.vocab_size, len(load_tokenizer(tokenizer_dir)), tokenizer_dir)
         self.cfg, self.forward_step_func, self.tokenizer_dir = cfg, forward_step_func, tokenizer_dir
         self.train_dataset, self.valid_dataset = train_dataset, valid_dataset
@@ -239,8 +243,6 @@ class LMTrainer:
         return row, t.global_batch_size * self.rows * t.seq_length
 
     def evaluate(self) -> dict[str, float] | None:
-        from vepo_mcore.training.sampler import micro_batches
-
         if self.valid_dataset is None:
             return None
         t = self.cfg.training
@@ -250,8 +252,6 @@ class LMTrainer:
         )
 
     def save(self) -> None:
-        from vepo_mcore.training.checkpointing import save_checkpoint
-
         ckpt = self.cfg.training.checkpoint
         save_checkpoint(
             ckpt.save, self.iteration, self.model, self.optimizer, self.scheduler, consumed_samples=self.consumed,
@@ -267,8 +267,6 @@ class LMTrainer:
 
 def resumes_own_checkpoint(cfg: JobConfig) -> bool:
     """Whether the run restarts from its own checkpoint (training.checkpoint.save holds one)."""
-    from vepo_mcore.training.checkpointing import resolve_checkpoint
-
     save = cfg.training.checkpoint.save
     # Quiet: resume_or_initialise reports a fallback when it loads.
     return bool(save) and resolve_checkpoint(save, warn=lambda text: None) is not None
@@ -279,8 +277,6 @@ def resume_or_initialise(cfg: JobConfig, model, optimizer, scheduler):
     with full state. Otherwise training.checkpoint.load initialises the run (weights only when
     finetune is set or the checkpoint has no optimizer, e.g. converted from HF). Returns the
     LoadedState, or None for a fresh start."""
-    from vepo_mcore.training.checkpointing import load_checkpoint
-
     ckpt = cfg.training.checkpoint
     if resumes_own_checkpoint(cfg):
         return load_checkpoint(ckpt.save, model, optimizer, scheduler, verify_hashes=ckpt.verify_hashes)
@@ -300,17 +296,12 @@ def default_datasets(cfg: JobConfig) -> tuple[Sequence[dict], Sequence[dict] | N
     cpt: megatron's blend of indexed datasets sized for train_iters (and the evaluations);
     sft: the curriculum of data.sft_phases (phases in order) and the data.sft_valid_fraction split.
     """
-    from vepo_mcore.languages import default_tokenizer_dir
-
     t = cfg.training
     tokenizer_dir = cfg.tokenizer.path or str(default_tokenizer_dir())
     if cfg.data.mode == "sft":
-        from vepo_mcore.data.sft_splits import build_sft_splits
-
         return *build_sft_splits(cfg), tokenizer_dir
     if cfg.data.mode != "cpt":
         raise ValueError(f"data.mode must be 'cpt' or 'sft', got {cfg.data.mode!r}")
-    from vepo_mcore.data.blend import build_cpt_datasets
 
     # Every evaluation reads the same first eval_iters global batches of the valid split.
     valid_samples = t.eval_iters * t.global_batch_size if t.eval_interval else 0
@@ -332,8 +323,6 @@ def describe_run(cfg: JobConfig, train_dataset, dp_size: int, n_micro: int, star
         if cfg.data.sft_attention_mask:  # TE takes no dense mask: building [s, s] per sample is waste
             line += "; set data.sft_attention_mask=false to skip the unused dense masks"
     if hasattr(train_dataset, "dataset_index") and cfg.data.paths:
-        from vepo_mcore.data.blend import format_share, language_blend, realised_language_share
-
         share = realised_language_share(train_dataset, cfg.data)
         line += "\nrealised language share (target): " + format_share(share, language_blend(cfg.data))
     return line

@@ -30,6 +30,8 @@ import torch.distributed as dist
 
 from vepo_mcore.config.training import CheckpointConfig
 
+# Imported where used: psutil (handled as optional: without it a lock's holder is judged by its pid alone).
+
 LOCK_FILE = "writer.lock"
 REFRESH_S = 30.0
 """How often the holder refreshes the lock's time stamp (what a host without the pid judges by)."""
