@@ -42,6 +42,34 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
     assert not (tmp_path / LOCK_FILE).exists()
 
 
+LAUNCH = """
+import sys
+from vepo_mcore.config import JobConfig
+from vepo_mcore.rl.trainer import train_rl
+from vepo_mcore.training.trainer import pretrain
+
+cfg = JobConfig()
+cfg.training.checkpoint.save = sys.argv[1]
+try:
+    (pretrain if sys.argv[2] == "pretrain" else train_rl)(cfg)
+except ValueError as exc:
+    print("refused" if "another run" in str(exc) else exc, "megatron" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("entry", ["pretrain", "train_rl"])
+def test_a_second_launch_is_refused_before_megatron_loads(tmp_path, entry):
+    """The trainers take the save folder's lock before they build anything: a second launch on a
+    busy folder fails in seconds, without megatron's import and its notices."""
+    lock = acquire(tmp_path, 10.0, print)
+    try:
+        out = subprocess.run([sys.executable, "-c", LAUNCH, str(tmp_path), entry], capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    finally:
+        lock.release()
+    assert out.stdout.split() == ["refused", "False"], out.stdout + out.stderr
+
+
 def test_locks_from_other_hosts_go_stale_by_age(tmp_path):
     other = {"host": "node-elsewhere", "pid": 1, "started": time.time() - 3600, "command": "train"}
     (tmp_path / LOCK_FILE).write_text(json.dumps(other))

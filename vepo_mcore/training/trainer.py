@@ -11,14 +11,13 @@ or BlendedDataset); which samples a DP rank reads is fixed by the global data po
 (training/sampler.py), so resume is exact and may change the DP size.
 megatron.core (and data/packing.py, which loads it) is imported inside the functions: importing
 the trainers loads no megatron (tests/unit/test_lazy_imports.py), so a run can take the save
-folder's writer lock (training/runner.py) before megatron and its import-time notices. RL builds
-everything inside the lock; pretrain() still runs init_model_parallel, which loads megatron, first.
+folder's writer lock (training/runner.py) before megatron and its import-time notices: pretrain()
+and the RL trainer build everything, init_model_parallel included, inside the lock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -163,11 +162,12 @@ def pretrain(
     model passes its own. A dataset whose items hold several sequences (the RM's pairs) says so in
     `rows_per_sample`. Returns the per-step metrics of the steps run in this call (on every rank).
     """
-    init_model_parallel(cfg.parallel, seed=cfg.training.seed)  # validates cfg.parallel first (no VPP)
-    cfg.validate(dist.get_world_size())
-    build = partial(
-        LMTrainer, cfg, train_dataset, valid_dataset, forward_step_func, tokenizer_dir, model_provider
-    )
+
+    def build() -> LMTrainer:  # inside the save folder's lock: megatron loads only after it is taken
+        init_model_parallel(cfg.parallel, seed=cfg.training.seed)  # validates cfg.parallel first (no VPP)
+        cfg.validate(dist.get_world_size())
+        return LMTrainer(cfg, train_dataset, valid_dataset, forward_step_func, tokenizer_dir, model_provider)
+
     return run_training(cfg.training.checkpoint, build, cfg.training.logging)
 
 
