@@ -110,18 +110,20 @@ def _half_steps(records: list[dict], algorithm: str) -> list:
 
 
 def _diversity(records: list[dict]) -> dict:
-    """Beside the entropy rule of C2 (no part of its verdict): how much alike each run's G samples of
-    one prompt grew (group chrF++ last - first) and how often its held-out answers open alike."""
-    evidence = {}
+    """Beside the entropy rule of C2 (no part of its verdict), per run ("vepo kl-none s0"): how much
+    alike its G samples of one prompt grew (group chrF++ last - first) and how often its held-out
+    answers open like their direction's most common opening."""
+    evidence: dict[str, dict[str, float]] = {}
     for algorithm in ("vepo", "grpo"):
-        runs = _select(records, algorithm)
-        evidence[f"{algorithm}_group_chrf_change"] = [
-            r["group_chrf_last"] - r["group_chrf_first"] for r in runs
+        runs = {f"{r['algorithm']} kl-{r['kl']} s{r['seed']}": r for r in _select(records, algorithm)}
+        evidence[f"{algorithm}_group_chrf_change"] = {
+            name: round(r["group_chrf_last"] - r["group_chrf_first"], 2) for name, r in runs.items()
             if r.get("group_chrf_last") is not None and r.get("group_chrf_first") is not None
-        ]  # fmt: skip
-        evidence[f"{algorithm}_heldout_same_opening"] = [
-            r["heldout_same_opening"] for r in runs if r.get("heldout_same_opening") is not None
-        ]
+        }  # fmt: skip
+        evidence[f"{algorithm}_heldout_same_opening"] = {
+            name: round(r["heldout_same_opening"], 1) for name, r in runs.items()
+            if r.get("heldout_same_opening") is not None
+        }  # fmt: skip
     return evidence
 
 
