@@ -41,12 +41,18 @@ def _decision_study(runs: list[GridRun], out: Path, setup: GridSetup, report: Pa
     return study
 
 
+FIGURES = ("grid_entropy.png", "grid_length.png", "grid_overlong.png", "grid_ablations.png",
+           "grid_decision_point.png")  # fmt: skip
+
+
 def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Path, setup: GridSetup,
                       wall_s: float | None = None, study: bool = True, steps: int | None = None) -> dict:  # fmt: skip
     """Everything the grid's command regenerates, from the runs that finished (with `steps`: every
     step logged and, with validation, the held-out records written); returns the claims."""
     out, report = Path(out), Path(report_dir)
     report.mkdir(parents=True, exist_ok=True)
+    for name in FIGURES:  # each is drawn again below when the finished runs hold what it shows
+        (report / name).unlink(missing_ok=True)
     if steps is not None:
         runs = [run for run in runs if is_complete(out, run, steps, setup.validates)]
     histories = read_histories(runs, out)
@@ -92,22 +98,22 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
     (report / "claims.json").write_text(json.dumps(claims, indent=1) + "\n")
     sft_heldout = setup.sft.parent / "heldout_sft.jsonl"
     start = summarize(read_records(sft_heldout)) if sft_heldout.is_file() else None
-    (report / "grid.md").write_text(grid_markdown(records, claims, setup, wall_s, decision, start))
+    figures = [name for name in FIGURES if (report / name).is_file()]
+    (report / "grid.md").write_text(grid_markdown(records, claims, setup, wall_s, decision, start, figures))
     return claims
 
 
 def grid_markdown(records: list[dict], claims: dict, setup: GridSetup, wall_s: float | None,
-                  decision: dict | None, start: dict | None = None) -> str:  # fmt: skip
+                  decision: dict | None, start: dict | None = None, figures: list[str] = ()) -> str:  # fmt: skip
     lines = ["# The paper's RL grid at toy scale", "",
-             f"From `{setup.sft}`; tau {setup.temperature}, lr {setup.lr}, {setup.mini_batches} updates per "
+             f"From the SFT checkpoint `{setup.sft.parent.name}/{setup.sft.name}`; tau {setup.temperature}, lr {setup.lr}, {setup.mini_batches} updates per "
              f"rollout batch, KL coefficient {setup.kl_coef} (k2/k3), "
              f"DAPO overlong buffer {setup.overlong_buffer}; prompts {setup.directions} dev sentences "
              f"`{setup.prompt_sentences}`." + (f" Wall time {wall_s / 60:.0f} min." if wall_s else ""), "",
              f"K = {setup.num_candidates} candidates -> G = {setup.group_size} by RLVR filtering, "
              f"{setup.ppo_epochs} epoch(s) x {setup.mini_batches} mini-batches; validation `{setup.eval_sentences}` "
              f"every {setup.eval_interval} steps.", "",
-             "Figures: grid_entropy.png, grid_length.png, grid_overlong.png, grid_ablations.png, "
-             "grid_decision_point.png.", "",
+             "Figures: " + (", ".join(figures) or "none yet") + ".", "",
              "| run | steps | entropy first -> last (min) | ratio | length first -> last | drift | reward first -> last "
              "| clip max | filtered | group chrF++ first -> last |",
              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
