@@ -125,7 +125,7 @@ def grid_markdown(records: list[dict], claims: dict, setup: GridSetup, wall_s: f
             f"| {_num(r.get('clip_fraction_max'), '.3f')} | {_num(r.get('filtered_share_mean'), '.2f')} "
             f"| {_num(r.get('group_chrf_first'), '.1f')} -> {_num(r.get('group_chrf_last'), '.1f')} |"
         )
-    lines += ["", *mechanisms_line(records)]
+    lines += ["", *mechanism_lines(records)]
     lines += ["", "## Held-out (devtest) at each run's validation-chosen checkpoint", "",
               *heldout_table(records, start)]  # fmt: skip
     lines += ["", "## Verdicts", "", "| claim | verdict | rule | evidence |", "|---|---|---|---|"]
@@ -146,7 +146,7 @@ MECHANISMS = (("clip_fraction_max", "a clip acts on more than 1% of tokens at so
 """What shows a mechanism acting in a run: (grid.json field, what it shows, test)."""
 
 
-def mechanisms_line(records: list[dict]) -> list[str]:
+def mechanism_lines(records: list[dict]) -> list[str]:
     """One line per mechanism: in how many runs it acted, naming those where it did not."""
     lines = []
     for key, what, acts in MECHANISMS:

@@ -438,11 +438,8 @@ def test_the_report_writes_the_new_fields_every_claim_and_the_heldout_table(tmp_
     assert [k for k in claims_out if k.startswith("C")] == [f"C{i}" for i in range(1, 9)]
     assert "ablation/symmetric_clip" in claims_out
     assert (tmp_path / "report" / "grid_ablations.png").is_file()
-    assert (
-        "Figures: grid_entropy.png, grid_length.png, grid_ablations.png."
-        in (tmp_path / "report" / "grid.md").read_text()
-    )
     markdown = (tmp_path / "report" / "grid.md").read_text()
+    assert "Figures: grid_entropy.png, grid_length.png, grid_ablations.png." in markdown
     assert "| SFT (the start) |  |  | 1 | 11.5 |" in markdown
     assert "| vepo | symmetric_clip | none | 2 | 25.0 (24.5-25.5) |" in markdown
     assert "- a clip acts on more than 1% of tokens at some step: 5 of 5 runs" in markdown
