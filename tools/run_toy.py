@@ -2,6 +2,7 @@
 
     python tools/run_toy.py --seeds 0 1 2                   # runs/toy, then reports/toy
     python tools/run_toy.py --seeds 0 --out runs/toy_fast --iters sft=200 rl=40 --report-dir /tmp/r
+    python tools/run_toy.py --seeds 0 --until sft           # what tools/run_grid.py starts from
 
 Parallel text from Debian packages (apt-get; --no-bitext: FLORES dev only) -> expanded, trimmed
 tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> held-out evaluation (FLORES devtest and the
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     add("--threads", type=int, default=2, help="threads per process")
     add("--report-dir", default="reports/toy", help="where summary.json and results.md go")
     add("--no-report", action="store_true", help="run the stages only")
+    add("--until", choices=("resize", "cpt", "sft", "rl"), default="rl", help="a seed's last training stage")
     args = p.parse_args(argv)
 
     from recipes.toy.recipe import ToyPlan, run_toy, stage_flags
@@ -61,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                    max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout, sft_window=args.sft_window,
                    rl_validation=args.rl_validation, rl_eval_interval=args.rl_eval_interval,
                    bitext=not args.no_bitext, bitext_cache=Path(args.bitext_cache).expanduser(),
-                   vocab_min_count=args.vocab_min_count)  # fmt: skip
+                   vocab_min_count=args.vocab_min_count, until=args.until)  # fmt: skip
     seed_dirs = run_toy(plan)
-    if not args.no_report:
+    if not args.no_report and args.until == "rl":
         from recipes.toy.report import write_report
 
         summary = write_report(seed_dirs, plan.out / "shared", args.report_dir)

@@ -91,6 +91,9 @@ class ToyPlan:
     vocab_min_count: int = 1
     """The toy's vocabularies keep the ids their data uses at least this often (tokenizer/trim.py);
     rarer words encode into shorter pieces, so the output layer stays small as the data grows."""
+    until: str = "rl"
+    """The last training stage of a seed (resize, cpt, sft or rl); the evaluations of the stages
+    run still run. "sft" makes what the grid starts from."""
     log: object = sys.stdout
 
     @property
@@ -349,7 +352,8 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
         ("sft", "sft", lambda: train("sft", "pretrain_cpt.py", toy_tok, [*sft_data, *start_from("cpt")])),
         ("rl", "rl", lambda: train("rl", "train_vepo.py", toy_tok, rl_from_sft)),
     ]  # fmt: skip
-    for name, checkpoint, fn in trainings:
+    last = [name for name, _, _ in trainings].index(plan.until)
+    for name, checkpoint, fn in trainings[: last + 1]:
         stage(name, _has_checkpoint(root / checkpoint), fn)
 
     def heldout(
@@ -369,7 +373,8 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
             checkpoint = select_rl_checkpoint(root)
         heldout(checkpoint, out, indomain, plan.eval_sentences, None if indomain else root / f"hyps_{name}")
 
-    for name in ("cpt", "sft", "rl"):  # cpt: the policy before SFT, for the base -> SFT change
+    evaluated = [name for name, _, _ in trainings[1 : last + 1]]
+    for name in evaluated:  # cpt: the policy before SFT, for the base -> SFT change
         out = root / f"heldout_{name}.jsonl"
         stage(f"eval_{name}", out.is_file(), lambda name=name, out=out: evaluate(name, out))
         if plan.bitext and name != "cpt":
@@ -377,7 +382,8 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
             stage(
                 f"eval_{name}_indomain", out.is_file(), lambda name=name, out=out: evaluate(name, out, True)
             )
-    if plan.bitext:  # the SFT checkpoints the config keeps before the last: chrf_source by SFT step
+    # The SFT checkpoints the config keeps before the last: chrf_source by SFT step.
+    if plan.bitext and "sft" in evaluated:
         for step in sft_curve_steps(root):
             for indomain in (False, True):
                 out = curve_record(root, step, indomain)

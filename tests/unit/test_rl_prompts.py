@@ -4,6 +4,8 @@ the sentences SFT translated."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +115,27 @@ def test_toy_rl_validation_takes_the_last_rl_sentences_and_picks_the_best_checkp
     assert choice["step"] == 80 and choice["score"] == 107.5 and set(choice["valid"]) == {"40", "80", "120"}
     (rl / "iter_0000160").mkdir()
     assert select_rl_checkpoint(tmp_path) == rl / "iter_0000160"
+
+
+@pytest.mark.parametrize(
+    ("until", "trained", "evaluated"),
+    [
+        ("sft", ["resize", "cpt", "sft"], ["cpt", "sft"]),
+        ("rl", ["resize", "cpt", "sft", "rl"], ["cpt", "sft", "rl"]),
+    ],
+)
+def test_run_seed_stops_after_its_until_stage_and_evaluates_what_it_trained(tmp_path, monkeypatch, until, trained,
+                                                                            evaluated):  # fmt: skip
+    import recipes.toy.recipe as recipe
+
+    launched = []
+    monkeypatch.setattr(recipe, "_train", lambda plan, name, *a, **k: launched.append(name))
+    monkeypatch.setattr(recipe, "_run", lambda plan, args, log: launched.append(Path(log).stem))
+    monkeypatch.setattr(recipe, "select_rl_checkpoint", lambda root: root / "rl")
+    plan = recipe.ToyPlan(out=tmp_path, directions="en-vi", until=until, log=open(os.devnull, "w"))
+    paths = {"base_tok": tmp_path, "toy_tok": tmp_path, "cpt_data": tmp_path, "sft": tmp_path / "t.jsonl",
+             "base": tmp_path}  # fmt: skip
+    recipe.run_seed(plan, 0, paths)
+    assert [n for n in launched if not n.startswith("eval_")] == ["resize", *trained[1:]]
+    assert [n for n in launched if n.startswith("eval_")] == [f"eval_heldout_{n}" for n in evaluated]
+    assert json.loads((tmp_path / "seed0" / "rl_prompts.json").read_text())["directions"] == "en-vi"

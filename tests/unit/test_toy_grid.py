@@ -409,7 +409,7 @@ def test_the_grid_takes_the_rl_prompts_and_validation_the_toy_planned(tmp_path):
 
 
 def test_a_missing_sft_checkpoint_names_the_command_that_makes_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"tools/run_toy.py --out .* --seeds 3 --no-report"):
+    with pytest.raises(FileNotFoundError, match=r"tools/run_toy.py --out .* --seeds 3 --until sft"):
         GridSetup.from_toy(tmp_path / "seed3")
 
 

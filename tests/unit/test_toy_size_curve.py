@@ -1,0 +1,57 @@
+"""The model-size curve (recipes/toy/size_curve.py): each size's parameters from its SFT checkpoint's
+config, its summaries on both test sets, and intervals of the change against the recipe's size."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipes.toy.size_curve import RECIPE_SIZE, plot_size_curve, size_curve, size_table
+from vepo_mcore.config.base import save_config
+from vepo_mcore.config.job import JobConfig
+from vepo_mcore.eval.heldout import write_records
+
+
+def _records(n: int, chrf: float) -> list[dict]:
+    # chrf_source is the chrF++ against the own reference above the chrF++ against the next one's
+    refs = [f"reference number {i} " + "abcdefghij"[i % 10] * 6 for i in range(n)]
+    return [{"direction": "en-th", "index": i, "source": f"s{i}", "reference": refs[i],
+             "hypothesis": refs[i] if chrf > 50 else "something else entirely", "response_tokens": 5,
+             "stop": True, "lang": True, "length": True, "format": True, "mixing": True, "overall": True,
+             "chrf": chrf} for i in range(n)]  # fmt: skip
+
+
+def _size(out, layers: int, hidden: int, chrf: float) -> None:
+    sft = out / f"L{layers}_h{hidden}" / "seed0" / "sft"
+    sft.mkdir(parents=True)
+    cfg = JobConfig()
+    cfg.model.num_layers, cfg.model.hidden_size, cfg.model.ffn_hidden_size = layers, hidden, 3 * hidden
+    cfg.model.num_attention_heads, cfg.model.num_query_groups, cfg.model.vocab_size = 4, 2, 1000
+    cfg.model.tie_word_embeddings = True
+    save_config(cfg, sft / "config.yaml")
+    for name in ("heldout_sft.jsonl", "heldout_sft_indomain.jsonl"):
+        write_records(_records(20, chrf), sft.parent / name)
+
+
+def test_sizes_are_ordered_by_parameters_and_compared_with_the_recipe_size(tmp_path):
+    _size(tmp_path, 8, 512, 90.0)
+    _size(tmp_path, 4, 256, 10.0)
+    (tmp_path / "L6_h384" / "seed0").mkdir(parents=True)  # unfinished: no evaluation yet
+    records = size_curve(tmp_path)
+    assert [r["run"] for r in records] == [RECIPE_SIZE, "L8_h512"]
+    small, big = records
+    # 4 x 256: 1,024-row tied embedding + 4 layers of (q 256x256, k/v 256x128 each, o, qkv bias, SwiGLU, norms)
+    per_layer = 256 * 256 + 2 * 256 * 128 + 256 * 256 + (256 + 2 * 128) + 3 * 256 * 768 + 2 * 256
+    assert small["parameters"] == 1024 * 256 + 4 * per_layer + 256
+    assert big["parameters"] > small["parameters"]
+    assert "delta_ci95" not in small["devtest"]
+    low, high = big["indomain"]["delta_ci95"]["chrf_source"]
+    assert 0 < low <= high  # the big model copies its references, the small one does not
+    table = size_table(records)
+    assert "| 4 x 256 |" in table[2] and "reference / reference" in table[2]
+    assert plot_size_curve(records, tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_the_recipe_size_is_required(tmp_path):
+    _size(tmp_path, 8, 512, 90.0)
+    with pytest.raises(FileNotFoundError, match="L4_h256"):
+        size_curve(tmp_path)
