@@ -1,11 +1,13 @@
-"""chrf_source after SFT against model size, from the runs of recipes/toy/model_size.sh:
+"""chrf_source after SFT against model size and learning rate, from runs of recipes/toy/model_size.sh:
 
-    python -m recipes.toy.size_curve runs/toy_sizes      # -> reports/toy/size_curve.{json,md,png}
+    python -m recipes.toy.size_curve runs/toy_sizes [runs/toy_sizes_lr5e-4 ...]
+    # -> reports/toy/size_curve.{json,md,png}
 
-Each size (OUT/L<layers>_h<hidden>/seed0) went through the toy recipe up to SFT with the same data,
-budgets and seed. Its SFT policy is scored on FLORES devtest (the first 50 sentences per direction)
-and the in-domain held-out pairs; the intervals are 95% paired-bootstrap intervals of the change
-against the recipe's size (4 layers, hidden 256), sentence by sentence.
+Each run (OUT/L<layers>_h<hidden>/seed0) went through the toy recipe up to SFT with the same data,
+steps and seed; the OUT folders differ in their learning rates (model_size.sh's ARGS). Its SFT policy
+is scored on FLORES devtest (the first 50 sentences per direction) and the in-domain held-out pairs;
+the intervals are 95% paired-bootstrap intervals of the change against the recipe itself (4 layers,
+hidden 256, the recipe's learning rates), sentence by sentence.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 from pathlib import Path
 
 from recipes.toy.figures import _pyplot, _save
+from recipes.toy.recipe import CONFIGS
 from vepo_mcore.config.base import load_config
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.eval.heldout import paired_deltas, read_records, summarize
@@ -22,85 +25,117 @@ from vepo_mcore.models.vocab import padded_vocab_size
 from vepo_mcore.training.memory_plan import parameter_counts
 
 RECIPE_SIZE = "L4_h256"
-"""The toy recipe's model (recipes/toy/configs): the reference of every interval."""
+"""The toy recipe's model (recipes/toy/configs)."""
 SETS = {"devtest": "heldout_sft.jsonl", "indomain": "heldout_sft_indomain.jsonl"}
 GOALS = {"devtest": 3.0, "indomain": 10.0}
 """The chrf_source the toy aims for after SFT on each test set."""
+TITLES = {
+    "devtest": "FLORES devtest (first 50 sentences per direction)",
+    "indomain": "in-domain held-out pairs",
+}
 KEYS = ("chrf", "chrf_source", "copy_rate", "overall_pass", "same_opening")
 
 
-def size_record(run: Path, reference: Path) -> dict:
-    """One size: its model, parameters and, per test set, the SFT policy's summary and the intervals
-    of its change against `reference` (a run directory of the recipe's size)."""
-    model = load_config(JobConfig, run / "seed0" / "sft" / "config.yaml").model  # what SFT trained
+def _sft_config(run: Path) -> JobConfig:
+    return load_config(JobConfig, run / "seed0" / "sft" / "config.yaml")  # what SFT trained
+
+
+def run_record(run: Path) -> dict:
+    """One run: its model, parameters, SFT learning rate and, per test set it was scored on, the SFT
+    policy's summary."""
+    cfg = _sft_config(run)
+    model = cfg.model
     params = parameter_counts(
         model, padded_vocab_size(model.vocab_size, model.make_vocab_size_divisible_by)
     ).total(model.num_layers, model.tie_word_embeddings)
-    record = {"run": run.name, "layers": model.num_layers, "hidden": model.hidden_size, "parameters": params}
+    record = {"run": f"{run.parent.name}/{run.name}", "layers": model.num_layers, "hidden": model.hidden_size,
+              "parameters": params, "lr": cfg.training.optimizer.lr}  # fmt: skip
     for name, file in SETS.items():
-        records = read_records(run / "seed0" / file)
-        summary = summarize(records)
-        record[name] = {key: summary[key] for key in KEYS if key in summary} | {"n": len(records)}
-        if run != reference:
-            deltas = paired_deltas(read_records(reference / "seed0" / file), records)
-            record[name]["delta_ci95"] = {key: deltas[key] for key in ("chrf", "chrf_source")}
+        if (run / "seed0" / file).is_file():
+            summary = summarize(read_records(run / "seed0" / file))
+            record[name] = {key: summary[key] for key in KEYS} | {"n": summary["n"]}
     return record
 
 
-def size_curve(out: Path) -> list[dict]:
-    """Every finished size under `out`, smallest first."""
-    runs = sorted(p for p in out.glob("L*_h*") if (p / "seed0" / SETS["indomain"]).is_file())
-    if not any(p.name == RECIPE_SIZE for p in runs):
+def size_curve(outs: list[Path]) -> list[dict]:
+    """Every run under `outs` scored on devtest, by learning rate (highest first) then size, with its
+    intervals against the recipe's run (its size and SFT learning rate)."""
+    runs = sorted(p for out in outs for p in out.glob("L*_h*") if (p / "seed0" / SETS["devtest"]).is_file())
+    recipe_lr = load_config(JobConfig, CONFIGS / "sft.yaml").training.optimizer.lr
+    references = [
+        p for p in runs if p.name == RECIPE_SIZE and _sft_config(p).training.optimizer.lr == recipe_lr
+    ]
+    if not references:
         raise FileNotFoundError(
-            f"{out / RECIPE_SIZE}: the recipe's size has no SFT evaluation to compare with"
+            f"no {RECIPE_SIZE} run at the recipe's SFT learning rate ({recipe_lr:g}) under "
+            f"{', '.join(map(str, outs))}: the curve compares every run with the recipe itself"
         )
-    reference = out / RECIPE_SIZE
-    return sorted((size_record(run, reference) for run in runs), key=lambda r: r["parameters"])
+    records = []
+    for run in runs:
+        record = run_record(run)
+        for name, file in SETS.items():
+            if name in record and run != references[0]:
+                deltas = paired_deltas(
+                    read_records(references[0] / "seed0" / file), read_records(run / "seed0" / file)
+                )
+                record[name]["delta_ci95"] = {key: deltas[key] for key in ("chrf", "chrf_source")}
+        records.append(record)
+    return sorted(records, key=lambda r: (-r["lr"], r["parameters"]))
 
 
 def plot_size_curve(records: list[dict], path: Path) -> Path:
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    params = [r["parameters"] / 1e6 for r in records]
-    for (name, goal), color in zip(GOALS.items(), ("C0", "C1")):
-        ax.plot(
-            params, [r[name]["chrf_source"] for r in records], "o-", color=color, label=f"{name} chrf_source"
-        )
-        ax.axhline(goal, color=color, ls=":", lw=1, label=f"{name} goal ({goal:g})")
-    for r, x in zip(records, params):
-        ax.annotate(f"{r['layers']}x{r['hidden']}", (x, r["indomain"]["chrf_source"]), textcoords="offset points",
-                    xytext=(0, 6), ha="center", fontsize=8)  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_xticks(params, [f"{x:.1f}M" for x in params])
-    ax.minorticks_off()
-    ax.set_xlabel("parameters (tied embedding included)")
-    ax.set_ylabel("chrf_source after SFT (chrF++ points)")
-    ax.set_title("The toy's SFT policy by model size (the recipe's data, steps, learning rates, seed)",
-                 fontsize=9)  # fmt: skip
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    rates = sorted({r["lr"] for r in records}, reverse=True)
+    params = sorted({r["parameters"] / 1e6 for r in records})
+    for ax, (name, goal) in zip(axes, GOALS.items()):
+        for lr, color in zip(rates, ("C0", "C1", "C2", "C3", "C4")):
+            points = [
+                (r["parameters"] / 1e6, r[name]["chrf_source"])
+                for r in records
+                if r["lr"] == lr and name in r
+            ]
+            if points:
+                ax.plot(*zip(*points), "o-", color=color, label=f"learning rate {lr:g}")
+        ax.axhline(goal, color="grey", ls=":", lw=1, label=f"goal ({goal:g})")
+        ax.set_xscale("log")
+        ax.set_xticks(params, [f"{x:.1f}M" for x in params])
+        ax.minorticks_off()
+        ax.set_xlabel("parameters (tied embedding included)")
+        ax.set_ylabel("chrf_source after SFT (chrF++ points)")
+        ax.set_title(TITLES[name], fontsize=9)
+        ax.legend(fontsize=8)
+    fig.suptitle(
+        "The toy's SFT policy by model size and learning rate (the recipe's data, steps, seed)", fontsize=10
+    )
     return _save(fig, path)
 
 
 def size_table(records: list[dict]) -> list[str]:
-    lines = ["| model | parameters | devtest chrF++ | devtest chrf_source | in-domain chrF++ | in-domain chrf_source "
-             "| change against 4 x 256 (devtest / in-domain chrf_source) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| model | learning rate | parameters | devtest chrF++ | devtest chrf_source | devtest copy_rate "
+             "| in-domain chrF++ | in-domain chrf_source | change of chrf_source against the recipe (devtest / in-domain) |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in records:
-        dev, ind = r["devtest"], r["indomain"]
+        cells = []
+        for name in SETS:
+            s = r.get(name)
+            cells.append(["-", "-"] if s is None else [f"{s['chrf']:.1f}", f"{s['chrf_source']:.2f}"])
         change = " / ".join(
-            "[{:+.1f}, {:+.1f}]".format(*s["delta_ci95"]["chrf_source"]) if "delta_ci95" in s else "reference"
-            for s in (dev, ind)
-        )
-        lines.append(f"| {r['layers']} x {r['hidden']} | {r['parameters'] / 1e6:.1f}M | {dev['chrf']:.1f} | "
-                     f"{dev['chrf_source']:.2f} | {ind['chrf']:.1f} | {ind['chrf_source']:.2f} | {change} |")  # fmt: skip
+            "-" if name not in r else "[{:+.1f}, {:+.1f}]".format(*r[name]["delta_ci95"]["chrf_source"])
+            if "delta_ci95" in r[name] else "the recipe" for name in SETS
+        )  # fmt: skip
+        copy = f"{r['devtest']['copy_rate']:.1f}%"
+        lines.append(f"| {r['layers']} x {r['hidden']} | {r['lr']:g} | {r['parameters'] / 1e6:.1f}M | "
+                     f"{' | '.join(cells[0])} | {copy} | {' | '.join(cells[1])} | {change} |")  # fmt: skip
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out", type=Path, help="recipes/toy/model_size.sh's OUT")
+    p.add_argument("outs", type=Path, nargs="+", help="recipes/toy/model_size.sh's OUT folders")
     p.add_argument("--report-dir", type=Path, default=Path("reports/toy"))
     args = p.parse_args(argv)
-    records = size_curve(args.out)
+    records = size_curve(args.outs)
     args.report_dir.mkdir(parents=True, exist_ok=True)
     (args.report_dir / "size_curve.json").write_text(json.dumps(records, indent=1) + "\n")
     (args.report_dir / "size_curve.md").write_text("\n".join(size_table(records)) + "\n")

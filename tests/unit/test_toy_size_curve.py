@@ -20,38 +20,42 @@ def _records(n: int, chrf: float) -> list[dict]:
              "chrf": chrf} for i in range(n)]  # fmt: skip
 
 
-def _size(out, layers: int, hidden: int, chrf: float) -> None:
+def _size(out, layers: int, hidden: int, chrf: float, lr: float = 2e-3, indomain: bool = True) -> None:
     sft = out / f"L{layers}_h{hidden}" / "seed0" / "sft"
     sft.mkdir(parents=True)
     cfg = JobConfig()
     cfg.model.num_layers, cfg.model.hidden_size, cfg.model.ffn_hidden_size = layers, hidden, 3 * hidden
     cfg.model.num_attention_heads, cfg.model.num_query_groups, cfg.model.vocab_size = 4, 2, 1000
-    cfg.model.tie_word_embeddings = True
+    cfg.model.tie_word_embeddings, cfg.training.optimizer.lr = True, lr
     save_config(cfg, sft / "config.yaml")
-    for name in ("heldout_sft.jsonl", "heldout_sft_indomain.jsonl"):
+    for name in ("heldout_sft.jsonl", "heldout_sft_indomain.jsonl")[: 2 if indomain else 1]:
         write_records(_records(20, chrf), sft.parent / name)
 
 
-def test_sizes_are_ordered_by_parameters_and_compared_with_the_recipe_size(tmp_path):
-    _size(tmp_path, 8, 512, 90.0)
-    _size(tmp_path, 4, 256, 10.0)
-    (tmp_path / "L6_h384" / "seed0").mkdir(parents=True)  # unfinished: no evaluation yet
-    records = size_curve(tmp_path)
-    assert [r["run"] for r in records] == [RECIPE_SIZE, "L8_h512"]
-    small, big = records
+def test_runs_are_ordered_by_rate_and_size_and_compared_with_the_recipe(tmp_path):
+    _size(tmp_path / "a", 8, 512, 90.0)
+    _size(tmp_path / "a", 4, 256, 10.0)
+    (tmp_path / "a" / "L6_h384" / "seed0").mkdir(parents=True)  # unfinished: no evaluation yet
+    _size(tmp_path / "b", 4, 256, 90.0, lr=5e-4, indomain=False)  # scored on devtest only
+    records = size_curve([tmp_path / "a", tmp_path / "b"])
+    assert [r["run"] for r in records] == ["a/" + RECIPE_SIZE, "a/L8_h512", "b/" + RECIPE_SIZE]
+    recipe, big, slow = records
     # 4 x 256: 1,024-row tied embedding + 4 layers of (q 256x256, k/v 256x128 each, o, qkv bias, SwiGLU, norms)
     per_layer = 256 * 256 + 2 * 256 * 128 + 256 * 256 + (256 + 2 * 128) + 3 * 256 * 768 + 2 * 256
-    assert small["parameters"] == 1024 * 256 + 4 * per_layer + 256
-    assert big["parameters"] > small["parameters"]
-    assert "delta_ci95" not in small["devtest"]
+    assert recipe["parameters"] == slow["parameters"] == 1024 * 256 + 4 * per_layer + 256
+    assert big["parameters"] > recipe["parameters"] and slow["lr"] == 5e-4
+    assert "delta_ci95" not in recipe["devtest"] and "indomain" not in slow
     low, high = big["indomain"]["delta_ci95"]["chrf_source"]
-    assert 0 < low <= high  # the big model copies its references, the small one does not
+    assert 0 < low <= high  # the big model copies its references, the recipe's does not
+    assert slow["devtest"]["delta_ci95"]["chrf_source"][0] > 0
     table = size_table(records)
-    assert "| 4 x 256 |" in table[2] and "reference / reference" in table[2]
+    assert "| 4 x 256 | 0.002 |" in table[2] and "the recipe / the recipe" in table[2]
+    assert "| - | - |" in table[4]  # no in-domain scores
     assert plot_size_curve(records, tmp_path / "curve.png").stat().st_size > 0
 
 
-def test_the_recipe_size_is_required(tmp_path):
+def test_the_recipe_itself_is_required(tmp_path):
     _size(tmp_path, 8, 512, 90.0)
-    with pytest.raises(FileNotFoundError, match="L4_h256"):
-        size_curve(tmp_path)
+    _size(tmp_path, 4, 256, 90.0, lr=5e-4)
+    with pytest.raises(FileNotFoundError, match="no L4_h256 run at the recipe's SFT learning rate"):
+        size_curve([tmp_path])
