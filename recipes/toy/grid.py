@@ -26,6 +26,7 @@ continues the grid.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -267,11 +268,55 @@ def select_checkpoint(run_dir: Path) -> Path:
     return iteration_dir(run_dir / "checkpoint", best["step"])
 
 
+START = "start.json"
+"""A grid folder's record of the SFT checkpoint its runs started from (path and weights' fingerprint)."""
+
+
+def weights_fingerprint(checkpoint: Path) -> str:
+    """A short hash of a checkpoint's weight files (their sha256 from its integrity record, or read):
+    the same weights give the same fingerprint wherever the checkpoint lives."""
+    from vepo_mcore.training.checkpointing import resolve_checkpoint
+
+    path = resolve_checkpoint(checkpoint)
+    if path is None:
+        raise FileNotFoundError(f"{checkpoint} holds no checkpoint (no latest_checkpointed_iteration.txt)")
+    record = path / "integrity.json"
+    if record.is_file():
+        hashes = {
+            n: f["sha256"]
+            for n, f in json.loads(record.read_text())["files"].items()
+            if n.endswith(".distcp")
+        }
+    else:
+        hashes = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in path.glob("*.distcp")}
+    return hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()[:16]
+
+
+def check_start(out: Path, sft: Path) -> None:
+    """Refuse to add runs to a grid folder whose runs started from other weights (a grid compares
+    runs from one starting point); record the starting point of a new one in out/start.json."""
+    fingerprint, file = weights_fingerprint(sft), out / START
+    if file.is_file():
+        recorded = json.loads(file.read_text())
+        if recorded["fingerprint"] != fingerprint:
+            raise ValueError(
+                f"{out}: its runs started from {recorded['sft']} (weights {recorded['fingerprint']}), this grid "
+                f"from {sft} (weights {fingerprint}); move {out} aside or pass --out to start the grid afresh"
+            )
+        return
+    if any(p.is_dir() for p in out.glob("*_kl-*")):
+        raise ValueError(f"{out} holds runs but no {START}: which SFT checkpoint they started from is unknown; "
+                         f"move {out} aside or pass --out")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps({"sft": str(sft), "fingerprint": fingerprint}, indent=1) + "\n")
+
+
 def run_grid(runs: list[GridRun], setup: GridSetup, out: str | Path, steps: int, workers: int = 2,
              threads: int = 1, log=print) -> float:  # fmt: skip
     """Run every incomplete run (`workers` at a time, `threads` each), then its held-out evaluation
     at the validation-chosen checkpoint; returns the wall seconds."""
     out = Path(out)
+    check_start(out, setup.sft)
     todo = [run for run in runs if not is_complete(out, run, steps, setup.validates)]
     log(
         f"grid: {len(runs)} runs x {steps} steps, {len(runs) - len(todo)} done before, {workers} at a time -> {out}"

@@ -54,7 +54,23 @@ def test_plan_grid_seeds_the_compared_cells_and_adds_the_overlong_arm_and_the_ab
         GridRun("vepo", "none", 0, variant="no_clip")
 
 
+def _checkpoint(save: Path, weights: bytes, integrity: bool = True) -> Path:
+    """A save folder holding one checkpoint whose only weight file holds `weights`."""
+    from vepo_mcore.training.checkpointing import write_integrity
+
+    path = save / "iter_0000010"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metadata.json").write_text("{}")
+    (path / "__0_0.distcp").write_bytes(weights)
+    (path / "config.yaml").write_text(f"saved at {save}")  # differs wherever the checkpoint lives
+    if integrity:
+        write_integrity(path, {})
+    (save / "latest_checkpointed_iteration.txt").write_text("10")
+    return save
+
+
 def _setup(tmp_path, **settings):
+    _checkpoint(tmp_path / "sft", b"the SFT weights")
     return GridSetup(sft=tmp_path / "sft", tokenizer=tmp_path / "tok", vocab_size=18358, prompt_sentences="800:947",
                      eval_sentences="947:", **settings)  # fmt: skip
 
@@ -195,6 +211,27 @@ def test_run_grid_trains_chooses_the_validated_checkpoint_evaluates_it_and_resum
     assert records[1]["heldout_chrf"] == pytest.approx(21.5) and records[1]["heldout_step"] == 2
     assert records[1]["heldout_overall"] == 50.0 and records[1]["heldout_same_opening"] is not None
     assert "heldout_chrf_source" in records[1]
+
+
+def test_a_grid_folder_takes_runs_from_one_starting_checkpoint(tmp_path):
+    from recipes.toy.grid import START, check_start, weights_fingerprint
+
+    same = weights_fingerprint(_checkpoint(tmp_path / "a", b"w1"))
+    assert weights_fingerprint(_checkpoint(tmp_path / "b", b"w1")) == same  # the weights, not the folder
+    assert weights_fingerprint(_checkpoint(tmp_path / "c", b"w1", integrity=False)) == same
+    assert weights_fingerprint(_checkpoint(tmp_path / "d", b"w2")) != same
+    out = tmp_path / "grid"
+    check_start(out, tmp_path / "a")
+    assert json.loads((out / START).read_text())["fingerprint"] == same
+    check_start(out, tmp_path / "b")  # the same weights elsewhere: runs may be added
+    with pytest.raises(ValueError, match=r"grid: its runs started from .*/a .*move .* aside or pass --out"):
+        check_start(out, tmp_path / "d")
+    (out / START).unlink()
+    (out / "vepo_kl-none_s0").mkdir()
+    with pytest.raises(ValueError, match="holds runs but no start.json"):
+        check_start(out, tmp_path / "a")
+    with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
+        check_start(tmp_path / "new", tmp_path / "nothing")
 
 
 def _record(algorithm, kl, seed, entropy=(3.0, 3.0), length=(30.0, 30.0), variant="full", **extra):
