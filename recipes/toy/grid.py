@@ -275,20 +275,17 @@ START = "start.json"
 def weights_fingerprint(checkpoint: Path) -> str:
     """A short hash of a checkpoint's weight files (their sha256 from its integrity record, or read):
     the same weights give the same fingerprint wherever the checkpoint lives."""
-    from vepo_mcore.training.checkpointing import resolve_checkpoint
+    from vepo_mcore.training.checkpointing import INTEGRITY_FILE, file_digest, resolve_checkpoint
 
     path = resolve_checkpoint(checkpoint)
     if path is None:
         raise FileNotFoundError(f"{checkpoint} holds no checkpoint (no latest_checkpointed_iteration.txt)")
-    record = path / "integrity.json"
+    record = path / INTEGRITY_FILE
     if record.is_file():
-        hashes = {
-            n: f["sha256"]
-            for n, f in json.loads(record.read_text())["files"].items()
-            if n.endswith(".distcp")
-        }
+        files = json.loads(record.read_text())["files"]
+        hashes = {name: f["sha256"] for name, f in files.items() if name.endswith(".distcp")}
     else:
-        hashes = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in path.glob("*.distcp")}
+        hashes = {p.name: file_digest(p) for p in path.glob("*.distcp")}
     return hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()[:16]
 
 

@@ -36,24 +36,19 @@ TITLES = {
 KEYS = ("chrf", "chrf_source", "copy_rate", "overall_pass", "same_opening")
 
 
-def _sft_config(run: Path) -> JobConfig:
-    return load_config(JobConfig, run / "seed0" / "sft" / "config.yaml")  # what SFT trained
-
-
-def run_record(run: Path) -> dict:
-    """One run: its model, parameters, SFT learning rate and, per test set it was scored on, the SFT
-    policy's summary."""
-    cfg = _sft_config(run)
+def run_record(run: Path, heldout: dict[str, list[dict]]) -> dict:
+    """One run: its model, parameters, SFT learning rate and, per test set in `heldout` (name ->
+    its held-out records), the SFT policy's summary."""
+    cfg = load_config(JobConfig, run / "seed0" / "sft" / "config.yaml")  # what SFT trained
     model = cfg.model
     params = parameter_counts(
         model, padded_vocab_size(model.vocab_size, model.make_vocab_size_divisible_by)
     ).total(model.num_layers, model.tie_word_embeddings)
     record = {"run": f"{run.parent.name}/{run.name}", "layers": model.num_layers, "hidden": model.hidden_size,
               "parameters": params, "lr": cfg.training.optimizer.lr}  # fmt: skip
-    for name, file in SETS.items():
-        if (run / "seed0" / file).is_file():
-            summary = summarize(read_records(run / "seed0" / file))
-            record[name] = {key: summary[key] for key in KEYS} | {"n": summary["n"]}
+    for name, records in heldout.items():
+        summary = summarize(records)
+        record[name] = {key: summary[key] for key in KEYS} | {"n": summary["n"]}
     return record
 
 
@@ -61,26 +56,24 @@ def size_curve(outs: list[Path]) -> list[dict]:
     """Every run under `outs` scored on devtest, by learning rate (highest first) then size, with its
     intervals against the recipe's run (its size and SFT learning rate)."""
     runs = sorted(p for out in outs for p in out.glob("L*_h*") if (p / "seed0" / SETS["devtest"]).is_file())
+    heldout = {run: {name: read_records(run / "seed0" / file) for name, file in SETS.items()
+                     if (run / "seed0" / file).is_file()} for run in runs}  # fmt: skip
+    records = {run: run_record(run, heldout[run]) for run in runs}
     recipe_lr = load_config(JobConfig, CONFIGS / "sft.yaml").training.optimizer.lr
-    references = [
-        p for p in runs if p.name == RECIPE_SIZE and _sft_config(p).training.optimizer.lr == recipe_lr
-    ]
-    if not references:
+    reference = next(
+        (run for run in runs if run.name == RECIPE_SIZE and records[run]["lr"] == recipe_lr), None
+    )
+    if reference is None:
         raise FileNotFoundError(
             f"no {RECIPE_SIZE} run at the recipe's SFT learning rate ({recipe_lr:g}) under "
             f"{', '.join(map(str, outs))}: the curve compares every run with the recipe itself"
         )
-    records = []
-    for run in runs:
-        record = run_record(run)
-        for name, file in SETS.items():
-            if name in record and run != references[0]:
-                deltas = paired_deltas(
-                    read_records(references[0] / "seed0" / file), read_records(run / "seed0" / file)
-                )
+    for run, record in records.items():
+        for name, system in heldout[run].items():
+            if run != reference:
+                deltas = paired_deltas(heldout[reference][name], system)
                 record[name]["delta_ci95"] = {key: deltas[key] for key in ("chrf", "chrf_source")}
-        records.append(record)
-    return sorted(records, key=lambda r: (-r["lr"], r["parameters"]))
+    return sorted(records.values(), key=lambda r: (-r["lr"], r["parameters"]))
 
 
 def plot_size_curve(records: list[dict], path: Path) -> Path:
