@@ -68,9 +68,10 @@ def size_curve(outs: list[Path]) -> list[dict]:
             f"no {RECIPE_SIZE} run at the recipe's SFT learning rate ({recipe_lr:g}) under "
             f"{', '.join(map(str, outs))}: the curve compares every run with the recipe itself"
         )
+    records[reference]["recipe"] = True
     for run, record in records.items():
         for name, system in heldout[run].items():
-            if run != reference:
+            if run != reference and name in heldout[reference]:
                 deltas = paired_deltas(heldout[reference][name], system)
                 record[name]["delta_ci95"] = {key: deltas[key] for key in ("chrf", "chrf_source")}
     return sorted(records.values(), key=lambda r: (-r["lr"], r["parameters"]))
@@ -114,8 +115,9 @@ def size_table(records: list[dict]) -> list[str]:
             s = r.get(name)
             cells.append(["-", "-"] if s is None else [f"{s['chrf']:.1f}", f"{s['chrf_source']:.2f}"])
         change = " / ".join(
-            "-" if name not in r else "[{:+.1f}, {:+.1f}]".format(*r[name]["delta_ci95"]["chrf_source"])
-            if "delta_ci95" in r[name] else "the recipe" for name in SETS
+            "the recipe" if r.get("recipe") and name in r
+            else "[{:+.1f}, {:+.1f}]".format(*r[name]["delta_ci95"]["chrf_source"])
+            if "delta_ci95" in r.get(name, {}) else "-" for name in SETS
         )  # fmt: skip
         copy = f"{r['devtest']['copy_rate']:.1f}%"
         lines.append(f"| {r['layers']} x {r['hidden']} | {r['lr']:g} | {r['parameters'] / 1e6:.1f}M | "

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from recipes.toy.recipe import CONFIGS
 from recipes.toy.size_curve import RECIPE_SIZE, plot_size_curve, size_curve, size_table
-from vepo_mcore.config.base import save_config
+from vepo_mcore.config.base import load_config, save_config
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.eval.heldout import write_records
+
+RECIPE_LR = load_config(JobConfig, CONFIGS / "sft.yaml").training.optimizer.lr
 
 
 def _records(n: int, chrf: float) -> list[dict]:
@@ -20,7 +23,7 @@ def _records(n: int, chrf: float) -> list[dict]:
              "chrf": chrf} for i in range(n)]  # fmt: skip
 
 
-def _size(out, layers: int, hidden: int, chrf: float, lr: float = 2e-3, indomain: bool = True) -> None:
+def _size(out, layers: int, hidden: int, chrf: float, lr: float = RECIPE_LR, indomain: bool = True) -> None:
     sft = out / f"L{layers}_h{hidden}" / "seed0" / "sft"
     sft.mkdir(parents=True)
     cfg = JobConfig()
@@ -36,26 +39,37 @@ def test_runs_are_ordered_by_rate_and_size_and_compared_with_the_recipe(tmp_path
     _size(tmp_path / "a", 8, 512, 90.0)
     _size(tmp_path / "a", 4, 256, 10.0)
     (tmp_path / "a" / "L6_h384" / "seed0").mkdir(parents=True)  # unfinished: no evaluation yet
-    _size(tmp_path / "b", 4, 256, 90.0, lr=5e-4, indomain=False)  # scored on devtest only
+    _size(tmp_path / "b", 4, 256, 90.0, lr=RECIPE_LR / 4, indomain=False)  # scored on devtest only
     records = size_curve([tmp_path / "a", tmp_path / "b"])
     assert [r["run"] for r in records] == ["a/" + RECIPE_SIZE, "a/L8_h512", "b/" + RECIPE_SIZE]
     recipe, big, slow = records
     # 4 x 256: 1,024-row tied embedding + 4 layers of (q 256x256, k/v 256x128 each, o, qkv bias, SwiGLU, norms)
     per_layer = 256 * 256 + 2 * 256 * 128 + 256 * 256 + (256 + 2 * 128) + 3 * 256 * 768 + 2 * 256
     assert recipe["parameters"] == slow["parameters"] == 1024 * 256 + 4 * per_layer + 256
-    assert big["parameters"] > recipe["parameters"] and slow["lr"] == 5e-4
+    assert big["parameters"] > recipe["parameters"] and slow["lr"] == RECIPE_LR / 4
     assert "delta_ci95" not in recipe["devtest"] and "indomain" not in slow
     low, high = big["indomain"]["delta_ci95"]["chrf_source"]
     assert 0 < low <= high  # the big model copies its references, the recipe's does not
     assert slow["devtest"]["delta_ci95"]["chrf_source"][0] > 0
     table = size_table(records)
-    assert "| 4 x 256 | 0.002 |" in table[2] and "the recipe / the recipe" in table[2]
+    assert f"| 4 x 256 | {RECIPE_LR:g} |" in table[2] and "the recipe / the recipe" in table[2]
     assert "| - | - |" in table[4]  # no in-domain scores
     assert plot_size_curve(records, tmp_path / "curve.png").stat().st_size > 0
 
 
 def test_the_recipe_itself_is_required(tmp_path):
     _size(tmp_path, 8, 512, 90.0)
-    _size(tmp_path, 4, 256, 90.0, lr=5e-4)
+    _size(tmp_path, 4, 256, 90.0, lr=RECIPE_LR * 4)
     with pytest.raises(FileNotFoundError, match="no L4_h256 run at the recipe's SFT learning rate"):
         size_curve([tmp_path])
+
+
+def test_a_test_set_the_recipe_was_not_scored_on_has_no_interval(tmp_path):
+    _size(tmp_path, 4, 256, 10.0, indomain=False)
+    _size(tmp_path, 8, 512, 90.0)
+    recipe, big = size_curve([tmp_path])
+    assert "indomain" not in recipe and "delta_ci95" not in big["indomain"]
+    assert big["devtest"]["delta_ci95"]["chrf_source"][0] > 0
+    table = size_table([recipe, big])
+    assert table[2].endswith("| the recipe / - |")
+    assert table[3].endswith(" / - |") and "the recipe" not in table[3]
