@@ -105,6 +105,17 @@ def plot_size_curve(records: list[dict], path: Path) -> Path:
     return _save(fig, path)
 
 
+def _change(record: dict, name: str) -> str:
+    """The table cell of one test set's chrf_source change against the recipe."""
+    if name not in record:
+        return "-"
+    if record.get("recipe"):
+        return "the recipe"
+    if "delta_ci95" not in record[name]:
+        return "-"  # the recipe's run was not scored on this set
+    return "[{:+.1f}, {:+.1f}]".format(*record[name]["delta_ci95"]["chrf_source"])
+
+
 def size_table(records: list[dict]) -> list[str]:
     lines = ["| model | learning rate | parameters | devtest chrF++ | devtest chrf_source | devtest copy_rate "
              "| in-domain chrF++ | in-domain chrf_source | change of chrf_source against the recipe (devtest / in-domain) |",
@@ -114,11 +125,7 @@ def size_table(records: list[dict]) -> list[str]:
         for name in SETS:
             s = r.get(name)
             cells.append(["-", "-"] if s is None else [f"{s['chrf']:.1f}", f"{s['chrf_source']:.2f}"])
-        change = " / ".join(
-            "the recipe" if r.get("recipe") and name in r
-            else "[{:+.1f}, {:+.1f}]".format(*r[name]["delta_ci95"]["chrf_source"])
-            if "delta_ci95" in r.get(name, {}) else "-" for name in SETS
-        )  # fmt: skip
+        change = " / ".join(_change(r, name) for name in SETS)
         copy = f"{r['devtest']['copy_rate']:.1f}%"
         lines.append(f"| {r['layers']} x {r['hidden']} | {r['lr']:g} | {r['parameters'] / 1e6:.1f}M | "
                      f"{' | '.join(cells[0])} | {copy} | {' | '.join(cells[1])} | {change} |")  # fmt: skip
