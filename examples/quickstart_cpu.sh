@@ -32,7 +32,7 @@ mkdir -p "$OUT"
 SEED="$OUT/toy/seed0"
 
 # At these budgets the quickstart keeps the toy's second configuration for RL: prompts from the
-# sentences SFT trained on, and k3 KL 0.05. With the toy's hold-out, the e2e variant's short SFT on
+# sentences SFT trained on. With the toy's hold-out, the e2e variant's short SFT on
 # 800 sentences lifted held-out language only 40 -> 58.75% (the test asks for > +20 points). Its
 # SFT trains on single sentences (the toy also on joined pairs: longer sequences, more minutes),
 # and RL's last checkpoint is evaluated (the toy keeps 50 RL sentences to choose one by). Its short
@@ -42,7 +42,7 @@ stage 1/4 "toy recipe: tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> h
 "$PY" tools/run_toy.py --out "$OUT/toy" --seeds 0 --directions "$DIRECTIONS" --eval-sentences "$EVAL_SENTENCES" \
   --iters base="$BASE_ITERS" cpt="$CPT_ITERS" sft="$SFT_ITERS" rl="$RL_ITERS" --no-report \
   --rl-holdout 0 --rl-validation 0 --sft-window 1 --no-bitext --vocab-min-count 1 --set all.training.logging.log_interval=5 \
-  base.training.optimizer.lr=2e-3 cpt.training.optimizer.lr=2e-3 sft.training.optimizer.lr=2e-3 rl.rl.kl.estimator=k3 rl.rl.kl.coef=0.05 $TOY_ARGS
+  base.training.optimizer.lr=2e-3 cpt.training.optimizer.lr=2e-3 sft.training.optimizer.lr=2e-3 $TOY_ARGS
 
 stage 2/4 "reward model from the SFT checkpoint: corrupted FLORES pairs, 10 error categories"
 MODEL=$("$PY" - "$SEED/sft" <<'EOF'
