@@ -1,13 +1,14 @@
-"""chrf_source after SFT against model size and learning rate, from runs of recipes/toy/model_size.sh:
+"""chrf_source after SFT against model size, learning rate and SFT steps, from runs of
+recipes/toy/model_size.sh:
 
     python -m recipes.toy.size_curve runs/toy_sizes [runs/toy_sizes_lr5e-4 ...]
     # -> reports/toy/size_curve.{json,md,png}
 
-Each run (OUT/L<layers>_h<hidden>/seed0) went through the toy recipe up to SFT with the same data,
-steps and seed; the OUT folders differ in their learning rates (model_size.sh's ARGS). Its SFT policy
-is scored on FLORES devtest (the first 50 sentences per direction) and the in-domain held-out pairs;
-the intervals are 95% paired-bootstrap intervals of the change against the recipe itself (4 layers,
-hidden 256, the recipe's learning rates), sentence by sentence.
+Each run (OUT/L<layers>_h<hidden>/seed0) went through the toy recipe up to SFT with the same data
+and seed; the OUT folders differ in their learning rates or SFT steps (model_size.sh's ARGS). Its SFT
+policy is scored on FLORES devtest and the in-domain held-out pairs (the first 50 sentences per
+direction); the intervals are 95% paired-bootstrap intervals of the change against the recipe itself
+(4 layers, hidden 256, the recipe's learning rates and SFT steps), sentence by sentence.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from recipes.toy.figures import _pyplot, _save
 from recipes.toy.recipe import CONFIGS
+from recipes.toy.report import COMPARE_SENTENCES
 from vepo_mcore.config.base import load_config
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.eval.heldout import paired_deltas, read_records, summarize
@@ -37,15 +39,15 @@ KEYS = ("chrf", "chrf_source", "copy_rate", "overall_pass", "same_opening")
 
 
 def run_record(run: Path, heldout: dict[str, list[dict]]) -> dict:
-    """One run: its model, parameters, SFT learning rate and, per test set in `heldout` (name ->
-    its held-out records), the SFT policy's summary."""
+    """One run: its model, parameters, SFT learning rate and steps and, per test set in `heldout`
+    (name -> its held-out records), the SFT policy's summary."""
     cfg = load_config(JobConfig, run / "seed0" / "sft" / "config.yaml")  # what SFT trained
     model = cfg.model
     params = parameter_counts(
         model, padded_vocab_size(model.vocab_size, model.make_vocab_size_divisible_by)
     ).total(model.num_layers, model.tie_word_embeddings)
     record = {"run": f"{run.parent.name}/{run.name}", "layers": model.num_layers, "hidden": model.hidden_size,
-              "parameters": params, "lr": cfg.training.optimizer.lr}  # fmt: skip
+              "parameters": params, "lr": cfg.training.optimizer.lr, "sft_iters": cfg.training.train_iters}  # fmt: skip
     for name, records in heldout.items():
         summary = summarize(records)
         record[name] = {key: summary[key] for key in KEYS} | {"n": summary["n"]}
@@ -53,20 +55,28 @@ def run_record(run: Path, heldout: dict[str, list[dict]]) -> dict:
 
 
 def size_curve(outs: list[Path]) -> list[dict]:
-    """Every run under `outs` scored on devtest, by learning rate (highest first) then size, with its
-    intervals against the recipe's run (its size and SFT learning rate)."""
+    """Every run under `outs` scored on devtest, by SFT steps (most first), learning rate (highest
+    first) then size, with its intervals against the recipe's run (its size, SFT learning rate and
+    steps)."""
     runs = sorted(p for out in outs for p in out.glob("L*_h*") if (p / "seed0" / SETS["devtest"]).is_file())
-    heldout = {run: {name: read_records(run / "seed0" / file) for name, file in SETS.items()
+    heldout = {run: {name: _first(read_records(run / "seed0" / file)) for name, file in SETS.items()
                      if (run / "seed0" / file).is_file()} for run in runs}  # fmt: skip
     records = {run: run_record(run, heldout[run]) for run in runs}
-    recipe_lr = load_config(JobConfig, CONFIGS / "sft.yaml").training.optimizer.lr
+    recipe = load_config(JobConfig, CONFIGS / "sft.yaml").training
+    settings = (recipe.optimizer.lr, recipe.train_iters)
     reference = next(
-        (run for run in runs if run.name == RECIPE_SIZE and records[run]["lr"] == recipe_lr), None
+        (
+            run
+            for run in runs
+            if run.name == RECIPE_SIZE and (records[run]["lr"], records[run]["sft_iters"]) == settings
+        ),
+        None,
     )
     if reference is None:
         raise FileNotFoundError(
-            f"no {RECIPE_SIZE} run at the recipe's SFT learning rate ({recipe_lr:g}) under "
-            f"{', '.join(map(str, outs))}: the curve compares every run with the recipe itself"
+            f"no {RECIPE_SIZE} run at the recipe's SFT learning rate ({settings[0]:g}) and steps "
+            f"({settings[1]}) under {', '.join(map(str, outs))}: the curve compares every run with "
+            "the recipe itself"
         )
     records[reference]["recipe"] = True
     for run, record in records.items():
@@ -74,23 +84,28 @@ def size_curve(outs: list[Path]) -> list[dict]:
             if run != reference and name in heldout[reference]:
                 deltas = paired_deltas(heldout[reference][name], system)
                 record[name]["delta_ci95"] = {key: deltas[key] for key in ("chrf", "chrf_source")}
-    return sorted(records.values(), key=lambda r: (-r["lr"], r["parameters"]))
+    return sorted(records.values(), key=lambda r: (-r["sft_iters"], -r["lr"], r["parameters"]))
+
+
+def _first(records: list[dict]) -> list[dict]:
+    """The first COMPARE_SENTENCES sentences of each direction: every run scored on the same ones."""
+    return [r for r in records if r["index"] < COMPARE_SENTENCES]
 
 
 def plot_size_curve(records: list[dict], path: Path) -> Path:
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
-    rates = sorted({r["lr"] for r in records}, reverse=True)
+    fig, (*axes, key) = plt.subplots(1, 3, figsize=(12, 4.2), width_ratios=(1, 1, 0.55))
+    lines = sorted({(r["sft_iters"], r["lr"]) for r in records}, reverse=True)
     params = sorted({r["parameters"] / 1e6 for r in records})
     for ax, (name, goal) in zip(axes, GOALS.items()):
-        for lr, color in zip(rates, ("C0", "C1", "C2", "C3", "C4")):
+        for (iters, lr), color in zip(lines, ("C0", "C1", "C2", "C3", "C4", "C5")):
             points = [
                 (r["parameters"] / 1e6, r[name]["chrf_source"])
                 for r in records
-                if r["lr"] == lr and name in r
+                if (r["sft_iters"], r["lr"]) == (iters, lr) and name in r
             ]
             if points:
-                ax.plot(*zip(*points), "o-", color=color, label=f"learning rate {lr:g}")
+                ax.plot(*zip(*points), "o-", color=color, label=f"learning rate {lr:g}, {iters:,} SFT steps")
         ax.axhline(goal, color="grey", ls=":", lw=1, label=f"goal ({goal:g})")
         ax.set_xscale("log")
         ax.set_xticks(params, [f"{x:.1f}M" for x in params])
@@ -98,9 +113,12 @@ def plot_size_curve(records: list[dict], path: Path) -> Path:
         ax.set_xlabel("parameters (tied embedding included)")
         ax.set_ylabel("chrf_source after SFT (chrF++ points)")
         ax.set_title(TITLES[name], fontsize=9)
-        ax.legend(fontsize=8)
+    handles = {label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels())}
+    key.axis("off")
+    key.legend(handles.values(), handles.keys(), loc="center left", fontsize=8)
     fig.suptitle(
-        "The toy's SFT policy by model size and learning rate (the recipe's data, steps, seed)", fontsize=10
+        "The toy's SFT policy by model size, learning rate and SFT steps (the recipe's data, seed)",
+        fontsize=10,
     )
     return _save(fig, path)
 
@@ -117,9 +135,9 @@ def _change(record: dict, name: str) -> str:
 
 
 def size_table(records: list[dict]) -> list[str]:
-    lines = ["| model | learning rate | parameters | devtest chrF++ | devtest chrf_source | devtest copy_rate "
+    lines = ["| model | learning rate | SFT steps | parameters | devtest chrF++ | devtest chrf_source | devtest copy_rate "
              "| in-domain chrF++ | in-domain chrf_source | change of chrf_source against the recipe (devtest / in-domain) |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in records:
         cells = []
         for name in SETS:
@@ -127,7 +145,7 @@ def size_table(records: list[dict]) -> list[str]:
             cells.append(["-", "-"] if s is None else [f"{s['chrf']:.1f}", f"{s['chrf_source']:.2f}"])
         change = " / ".join(_change(r, name) for name in SETS)
         copy = f"{r['devtest']['copy_rate']:.1f}%"
-        lines.append(f"| {r['layers']} x {r['hidden']} | {r['lr']:g} | {r['parameters'] / 1e6:.1f}M | "
+        lines.append(f"| {r['layers']} x {r['hidden']} | {r['lr']:g} | {r['sft_iters']:,} | {r['parameters'] / 1e6:.1f}M | "
                      f"{' | '.join(cells[0])} | {copy} | {' | '.join(cells[1])} | {change} |")  # fmt: skip
     return lines
 
