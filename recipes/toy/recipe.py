@@ -472,9 +472,24 @@ def _data_paths(paths: dict[str, Path]) -> list[str]:
     return [arg for lang, prefix in paths.items() for arg in (f"--data.paths.{lang}", str(prefix))]
 
 
+def slow_bf16_note(plan: ToyPlan) -> str | None:
+    """A line for a CPU without AMX, where the configs' bf16 stages run slower than fp32 would (no
+    line on a GPU, on a CPU with AMX, or where the run sets training.bf16 itself)."""
+    import torch
+
+    if torch.cuda.is_available() or torch.cpu._is_amx_tile_supported():
+        return None
+    if any("--training.bf16" in flags for flags in plan.overrides.values()):
+        return None
+    return ("[toy] this CPU has no AMX: the recipe's bf16 stages run slower here than in fp32; "
+            "--set all.training.bf16=false trains in fp32 (numbers then differ from reports/toy)")  # fmt: skip
+
+
 def run_toy(plan: ToyPlan) -> list[Path]:
     """The shared stages, then every seed; returns the seed directories."""
     plan.out.mkdir(parents=True, exist_ok=True)
+    if note := slow_bf16_note(plan):
+        print(note, file=plan.log, flush=True)
     paths = build_shared(plan)
     return [run_seed(plan, seed, paths) for seed in plan.seeds]
 

@@ -132,7 +132,8 @@ class TrainingConfig:
     seed: int = 1234
     """Seed for init, data order and dropout."""
     bf16: bool = False
-    """Train in bf16 with fp32 master weights (GPU runs)."""
+    """Train in bf16 with fp32 master weights: GPU runs, and CPU runs where the CPU has AMX (the toy
+    recipe: ~1.5x fp32's step, benchmarks/cpu_bf16.py); without AMX a CPU runs bf16 slower."""
     recompute: Literal["none", "selective", "full"] = "none"
     """Activation recomputation (megatron's recompute_granularity): 'selective' recomputes core
     attention (saves the [s, s] scores of the local spec; little with TE's flash attention, which
