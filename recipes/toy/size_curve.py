@@ -65,12 +65,7 @@ def size_curve(outs: list[Path]) -> list[dict]:
     recipe = load_config(JobConfig, CONFIGS / "sft.yaml").training
     settings = (recipe.optimizer.lr, recipe.train_iters)
     reference = next(
-        (
-            run
-            for run in runs
-            if run.name == RECIPE_SIZE and (records[run]["lr"], records[run]["sft_iters"]) == settings
-        ),
-        None,
+        (run for run in runs if run.name == RECIPE_SIZE and _settings(records[run]) == settings), None
     )
     if reference is None:
         raise FileNotFoundError(
@@ -87,6 +82,11 @@ def size_curve(outs: list[Path]) -> list[dict]:
     return sorted(records.values(), key=lambda r: (-r["sft_iters"], -r["lr"], r["parameters"]))
 
 
+def _settings(record: dict) -> tuple[float, int]:
+    """A run's SFT learning rate and steps."""
+    return record["lr"], record["sft_iters"]
+
+
 def _first(records: list[dict]) -> list[dict]:
     """The first COMPARE_SENTENCES sentences of each direction: every run scored on the same ones."""
     return [r for r in records if r["index"] < COMPARE_SENTENCES]
@@ -95,14 +95,14 @@ def _first(records: list[dict]) -> list[dict]:
 def plot_size_curve(records: list[dict], path: Path) -> Path:
     plt = _pyplot()
     fig, (*axes, key) = plt.subplots(1, 3, figsize=(12, 4.2), width_ratios=(1, 1, 0.55))
-    lines = sorted({(r["sft_iters"], r["lr"]) for r in records}, reverse=True)
+    lines = sorted({_settings(r) for r in records}, key=lambda lr_iters: lr_iters[::-1], reverse=True)
     params = sorted({r["parameters"] / 1e6 for r in records})
     for ax, (name, goal) in zip(axes, GOALS.items()):
-        for (iters, lr), color in zip(lines, ("C0", "C1", "C2", "C3", "C4", "C5")):
+        for (lr, iters), color in zip(lines, ("C0", "C1", "C2", "C3", "C4", "C5")):
             points = [
                 (r["parameters"] / 1e6, r[name]["chrf_source"])
                 for r in records
-                if (r["sft_iters"], r["lr"]) == (iters, lr) and name in r
+                if _settings(r) == (lr, iters) and name in r
             ]
             if points:
                 ax.plot(*zip(*points), "o-", color=color, label=f"learning rate {lr:g}, {iters:,} SFT steps")
