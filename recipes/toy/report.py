@@ -45,7 +45,8 @@ def _seed_of(root: Path) -> int:
     return int(root.name.removeprefix("seed"))
 
 
-def _records(root: Path, name: str, limit: int | None = None) -> list[dict]:
+def heldout_records(root: Path, name: str, limit: int | None = None) -> list[dict]:
+    """root/heldout_<name>.jsonl, only the first `limit` sentences of each direction when given."""
     records = read_records(root / f"heldout_{name}.jsonl")
     return records if limit is None else [r for r in records if r["index"] < limit]
 
@@ -54,7 +55,7 @@ def seed_result(root: Path) -> dict:
     """One seed's summaries on the comparison set: SFT, RL, the RL - SFT intervals, and (when the
     policy before SFT was evaluated) its summary and the SFT - before intervals; `all` the SFT / RL
     summaries over every evaluated sentence when there are more."""
-    sft, rl = _records(root, "sft", COMPARE_SENTENCES), _records(root, "rl", COMPARE_SENTENCES)
+    sft, rl = heldout_records(root, "sft", COMPARE_SENTENCES), heldout_records(root, "rl", COMPARE_SENTENCES)
     result = {
         "seed": _seed_of(root),
         "sft": summarize(sft),
@@ -65,13 +66,13 @@ def seed_result(root: Path) -> dict:
     if (root / "rl_selected.json").is_file():  # run_toy --rl-validation: the checkpoint validation chose
         result["rl_step"] = json.loads((root / "rl_selected.json").read_text())["step"]
     if (root / "heldout_cpt.jsonl").is_file():
-        before = _records(root, "cpt", COMPARE_SENTENCES)
+        before = heldout_records(root, "cpt", COMPARE_SENTENCES)
         result["before_sft"] = summarize(before)
         result["sft_delta_ci95"] = paired_deltas(before, sft)
     if (root / "heldout_sft_indomain.jsonl").is_file():
         _add_indomain(root, result)
     _add_rollout_measures(root, result)
-    sft_all, rl_all = _records(root, "sft"), _records(root, "rl")
+    sft_all, rl_all = heldout_records(root, "sft"), heldout_records(root, "rl")
     if len(sft_all) > len(sft):
         result["all"] = {
             "sft": summarize(sft_all),
@@ -85,8 +86,8 @@ def _add_indomain(root: Path, result: dict) -> None:
     """chrf_indomain / chrf_source_indomain (with their RL - SFT intervals) and copy_rate_indomain of
     the SFT and RL policies."""
     sft, rl = (
-        _records(root, "sft_indomain", COMPARE_SENTENCES),
-        _records(root, "rl_indomain", COMPARE_SENTENCES),
+        heldout_records(root, "sft_indomain", COMPARE_SENTENCES),
+        heldout_records(root, "rl_indomain", COMPARE_SENTENCES),
     )
     deltas = paired_deltas(sft, rl)
     for name, records in (("sft", sft), ("rl", rl)):
@@ -138,7 +139,9 @@ def sft_curve(root: Path) -> list[dict]:
     last = int((root / "sft" / "latest_checkpointed_iteration.txt").read_text())
     points.append(
         _curve_point(
-            last, _records(root, "sft", COMPARE_SENTENCES), _records(root, "sft_indomain", COMPARE_SENTENCES)
+            last,
+            heldout_records(root, "sft", COMPARE_SENTENCES),
+            heldout_records(root, "sft_indomain", COMPARE_SENTENCES),
         )
     )
     return points
@@ -180,7 +183,7 @@ def constraint_tables(root: Path, out_dir: Path) -> dict[str, dict]:
     returns each policy's overall row (percent)."""
     rows = {}
     for name in ("sft", "rl"):
-        records = _records(root, name, COMPARE_SENTENCES)
+        records = heldout_records(root, name, COMPARE_SENTENCES)
         hyps = out_dir / f"{root.name}_{name}_hyps.jsonl"
         hyps.write_text("".join(json.dumps({"source": r["source"], "hypothesis": r["hypothesis"],
                                             "src_lang": r["direction"].split("-")[0],

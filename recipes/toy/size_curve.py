@@ -19,16 +19,16 @@ from pathlib import Path
 
 from recipes.toy.figures import _pyplot, _save
 from recipes.toy.recipe import CONFIGS
-from recipes.toy.report import COMPARE_SENTENCES
+from recipes.toy.report import COMPARE_SENTENCES, heldout_records
 from vepo_mcore.config.base import load_config
 from vepo_mcore.config.job import JobConfig
-from vepo_mcore.eval.heldout import paired_deltas, read_records, summarize
+from vepo_mcore.eval.heldout import paired_deltas, summarize
 from vepo_mcore.models.vocab import padded_vocab_size
 from vepo_mcore.training.memory_plan import parameter_counts
 
 RECIPE_SIZE = "L4_h256"
 """The toy recipe's model (recipes/toy/configs)."""
-SETS = {"devtest": "heldout_sft.jsonl", "indomain": "heldout_sft_indomain.jsonl"}
+SETS = {"devtest": "sft", "indomain": "sft_indomain"}
 GOALS = {"devtest": 3.0, "indomain": 10.0}
 """The chrf_source the toy aims for after SFT on each test set."""
 TITLES = {
@@ -58,19 +58,23 @@ def size_curve(outs: list[Path]) -> list[dict]:
     """Every run under `outs` scored on devtest, by SFT steps (most first), learning rate (highest
     first) then size, with its intervals against the recipe's run (its size, SFT learning rate and
     steps)."""
-    runs = sorted(p for out in outs for p in out.glob("L*_h*") if (p / "seed0" / SETS["devtest"]).is_file())
-    heldout = {run: {name: _first(read_records(run / "seed0" / file)) for name, file in SETS.items()
-                     if (run / "seed0" / file).is_file()} for run in runs}  # fmt: skip
+
+    def scored(run: Path, stem: str) -> bool:
+        return (run / "seed0" / f"heldout_{stem}.jsonl").is_file()
+
+    runs = sorted(p for out in outs for p in out.glob("L*_h*") if scored(p, SETS["devtest"]))
+    heldout = {run: {name: heldout_records(run / "seed0", stem, COMPARE_SENTENCES) for name, stem in SETS.items()
+                     if scored(run, stem)} for run in runs}  # fmt: skip
     records = {run: run_record(run, heldout[run]) for run in runs}
     recipe = load_config(JobConfig, CONFIGS / "sft.yaml").training
-    settings = (recipe.optimizer.lr, recipe.train_iters)
+    settings = (recipe.train_iters, recipe.optimizer.lr)
     reference = next(
         (run for run in runs if run.name == RECIPE_SIZE and _settings(records[run]) == settings), None
     )
     if reference is None:
         raise FileNotFoundError(
-            f"no {RECIPE_SIZE} run at the recipe's SFT learning rate ({settings[0]:g}) and steps "
-            f"({settings[1]}) under {', '.join(map(str, outs))}: the curve compares every run with "
+            f"no {RECIPE_SIZE} run at the recipe's SFT learning rate ({settings[1]:g}) and steps "
+            f"({settings[0]}) under {', '.join(map(str, outs))}: the curve compares every run with "
             "the recipe itself"
         )
     records[reference]["recipe"] = True
@@ -82,27 +86,22 @@ def size_curve(outs: list[Path]) -> list[dict]:
     return sorted(records.values(), key=lambda r: (-r["sft_iters"], -r["lr"], r["parameters"]))
 
 
-def _settings(record: dict) -> tuple[float, int]:
-    """A run's SFT learning rate and steps."""
-    return record["lr"], record["sft_iters"]
-
-
-def _first(records: list[dict]) -> list[dict]:
-    """The first COMPARE_SENTENCES sentences of each direction: every run scored on the same ones."""
-    return [r for r in records if r["index"] < COMPARE_SENTENCES]
+def _settings(record: dict) -> tuple[int, float]:
+    """A run's SFT steps and learning rate."""
+    return record["sft_iters"], record["lr"]
 
 
 def plot_size_curve(records: list[dict], path: Path) -> Path:
     plt = _pyplot()
     fig, (*axes, key) = plt.subplots(1, 3, figsize=(12, 4.2), width_ratios=(1, 1, 0.55))
-    lines = sorted({_settings(r) for r in records}, key=lambda lr_iters: lr_iters[::-1], reverse=True)
+    lines = sorted({_settings(r) for r in records}, reverse=True)
     params = sorted({r["parameters"] / 1e6 for r in records})
     for ax, (name, goal) in zip(axes, GOALS.items()):
-        for (lr, iters), color in zip(lines, ("C0", "C1", "C2", "C3", "C4", "C5")):
+        for (iters, lr), color in zip(lines, ("C0", "C1", "C2", "C3", "C4", "C5")):
             points = [
                 (r["parameters"] / 1e6, r[name]["chrf_source"])
                 for r in records
-                if _settings(r) == (lr, iters) and name in r
+                if _settings(r) == (iters, lr) and name in r
             ]
             if points:
                 ax.plot(*zip(*points), "o-", color=color, label=f"learning rate {lr:g}, {iters:,} SFT steps")
