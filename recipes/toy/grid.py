@@ -142,6 +142,9 @@ class GridSetup:
     """Response length cap of the rollouts and the held-out evaluation: the recipe's."""
     overlong_buffer: int = 16
     """DAPO's soft overlong buffer in the overlong arm (tokens before the cap where the penalty grows)."""
+    bf16: bool = field(default_factory=lambda: recipe_rl("training", "bf16"))
+    """The runs' precision: the SFT checkpoint's (from_toy), as the toy's own RL stage trains in
+    the precision of the chain before it (recipe.precision_flags)."""
     extra: tuple[str, ...] = ()
     """Dotted overrides every run takes last (--rl.prompts_per_step 4)."""
 
@@ -159,8 +162,8 @@ class GridSetup:
                 f"{seed_dir.name.removeprefix('seed')} --until sft` (~45 min on 2 cores)"
             )
         sft_cfg, _ = checkpoint_config(seed_dir / "sft")
-        return cls(sft=seed_dir / "sft", tokenizer=Path(sft_cfg.tokenizer.path),
-                   vocab_size=sft_cfg.model.vocab_size, **{**toy_rl_prompts(seed_dir), **settings})  # fmt: skip
+        return cls(sft=seed_dir / "sft", tokenizer=Path(sft_cfg.tokenizer.path), vocab_size=sft_cfg.model.vocab_size,
+                   bf16=sft_cfg.training.bf16, **{**toy_rl_prompts(seed_dir), **settings})  # fmt: skip
 
     @property
     def validates(self) -> bool:
@@ -181,6 +184,7 @@ class GridSetup:
             "--training.optimizer.lr", str(self.lr), "--training.optimizer.min_lr", str(self.lr),
             "--rl.rollout.sampling.temperature", str(self.temperature),
             "--rl.rollout.sampling.max_new_tokens", str(self.max_new_tokens),
+            "--training.bf16", str(self.bf16).lower(),
         ]  # fmt: skip
         if run.algorithm == "dapo":
             flags += ["--rl.filtering.dynamic_sampling", "true"]

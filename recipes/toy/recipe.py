@@ -37,7 +37,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vepo_mcore.eval.heldout import read_records, write_records
@@ -472,24 +472,27 @@ def _data_paths(paths: dict[str, Path]) -> list[str]:
     return [arg for lang, prefix in paths.items() for arg in (f"--data.paths.{lang}", str(prefix))]
 
 
-def slow_bf16_note(plan: ToyPlan) -> str | None:
-    """A line for a CPU without AMX, where the configs' bf16 stages run slower than fp32 would (no
-    line on a GPU, on a CPU with AMX, or where the run sets training.bf16 itself)."""
+def precision_flags(plan: ToyPlan) -> list[str]:
+    """The configs train in bf16 (fp32 master weights), ~1.5x fp32's speed on a CPU with AMX tiles.
+    Without AMX bf16 runs tens of times slower than fp32 (benchmarks/RESULTS.md), so
+    there every stage trains in fp32: these flags, put before plan.overrides. [] on a GPU, on a CPU
+    with AMX, or where the run sets training.bf16 itself."""
     import torch
 
     if torch.cuda.is_available() or torch.cpu._is_amx_tile_supported():
-        return None
+        return []
     if any("--training.bf16" in flags for flags in plan.overrides.values()):
-        return None
-    return ("[toy] this CPU has no AMX: the recipe's bf16 stages run slower here than in fp32; "
-            "--set all.training.bf16=false trains in fp32 (numbers then differ from reports/toy)")  # fmt: skip
+        return []
+    return ["--training.bf16", "false"]
 
 
 def run_toy(plan: ToyPlan) -> list[Path]:
     """The shared stages, then every seed; returns the seed directories."""
     plan.out.mkdir(parents=True, exist_ok=True)
-    if note := slow_bf16_note(plan):
-        print(note, file=plan.log, flush=True)
+    if flags := precision_flags(plan):
+        plan = replace(plan, overrides={**plan.overrides, "all": [*flags, *plan.overrides.get("all", [])]})
+        print("[toy] this CPU has no AMX, where bf16 trains tens of times slower than fp32: every stage "
+              "trains in fp32 (--set all.training.bf16=true forces bf16)", file=plan.log, flush=True)  # fmt: skip
     paths = build_shared(plan)
     return [run_seed(plan, seed, paths) for seed in plan.seeds]
 

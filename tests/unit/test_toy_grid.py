@@ -100,6 +100,8 @@ def test_every_run_is_a_valid_rl_config(run, tmp_path):
     assert cfg.training.checkpoint.save == str(tmp_path / run.name / "checkpoint")
     assert cfg.training.eval_interval == cfg.training.checkpoint.save_interval == 40
     assert cfg.training.checkpoint.keep_last == 0
+    assert cfg.training.bf16  # the recipe's; a grid from an fp32 SFT checkpoint trains in fp32:
+    assert not job_from_cli(_setup(tmp_path, bf16=False).overrides(run, 7, tmp_path), "")[1].training.bf16
     check_batch_shape(rl_job_config(cfg), 1)
     cfg.rl.validate()
     no_validation = GridSetup(sft=tmp_path / "sft", tokenizer=tmp_path / "tok", vocab_size=18358)
