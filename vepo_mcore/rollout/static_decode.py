@@ -72,7 +72,9 @@ def unsupported_reason(model) -> str | None:
         "num_moe_experts": not getattr(c, "num_moe_experts", None),
         "apply_residual_connection_post_layernorm": not c.apply_residual_connection_post_layernorm,
         "softmax_scale": getattr(c, "softmax_scale", None) is None,
-        "params_dtype": c.params_dtype == torch.float32 and not (c.fp16 or c.bf16),
+        "params_dtype": c.params_dtype in (torch.float32, torch.bfloat16),
+        "fp16": not c.fp16,
+        "fp32_residual_connection": not c.fp32_residual_connection,
     }
     failed = [name for name, ok in checks.items() if not ok]
     if failed:
@@ -88,7 +90,8 @@ def unsupported_reason(model) -> str | None:
 
 
 class StaticCacheDecoder:
-    """Prefill + one-token decode steps with a preallocated KV cache; fp32, batch-first."""
+    """Prefill + one-token decode steps with a preallocated KV cache, batch-first, in the parameters'
+    dtype (fp32, or bf16 as training leaves it: each op as megatron's, so bf16 rounds alike)."""
 
     def __init__(self, model, vocab_size: int):
         c = model.config
