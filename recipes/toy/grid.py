@@ -328,8 +328,8 @@ def run_grid(runs: list[GridRun], setup: GridSetup, out: str | Path, steps: int,
         run_dir, t0 = out / run.name, time.time()
         checkpoints = run_dir / "checkpoint"
         if not is_complete(out, run, steps) or (setup.validates and not checkpoints.is_dir()):
-            (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a partial run starts over
-            shutil.rmtree(checkpoints, ignore_errors=True)  # (the trainer would resume from it)
+            # An interrupted run resumes from its newest checkpoint (the trainer drops the metrics rows
+            # after it; resume is exact, tests/faults); without one it trains again from the SFT weights.
             run_logged([*torchrun("train_vepo.py"), *setup.overrides(run, steps, out)], run_dir / "train.log",
                        threads)  # fmt: skip
         if setup.validates:

@@ -215,6 +215,40 @@ def test_run_grid_trains_chooses_the_validated_checkpoint_evaluates_it_and_resum
     assert "heldout_chrf_source" in records[1]
 
 
+def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    """A run stopped after its step-2 checkpoint: relaunched with its checkpoint and rows in place."""
+    from recipes.toy import grid
+
+    from vepo_mcore.training.logging import read_metrics
+
+    run, setup, out = GridRun("grpo", "none", 0), _setup(tmp_path, eval_interval=2), tmp_path / "out"
+    grid.check_start(out, setup.sft)
+    run_dir = out / run.name
+    (run_dir / "checkpoint" / "iter_0000002").mkdir(parents=True)
+    rows = _rows([3.0] * 4)
+    rows[1].update({"valid/overall_pass": 80.0, "valid/chrf": 20.0})
+    _write(run_dir / "metrics.jsonl", rows[:3])  # killed at step 3: the trainer drops row 3 on resume
+    launched = []
+
+    def fake_run_logged(args, log_file, threads):
+        if log_file.name == "train.log":
+            launched.append(
+                (
+                    (run_dir / "checkpoint" / "iter_0000002").is_dir(),
+                    len(read_metrics(run_dir / "metrics.jsonl")),
+                )
+            )
+            (run_dir / "checkpoint" / "iter_0000004").mkdir()
+            _write(run_dir / "metrics.jsonl", rows)
+        else:
+            _write(Path(args[args.index("--out") + 1]), _heldout_records())
+
+    monkeypatch.setattr(grid, "run_logged", fake_run_logged)
+    grid.run_grid([run], setup, out, steps=4, workers=1, log=lambda *_: None)
+    assert launched == [(True, 3)]
+    assert is_complete(out, run, 4, heldout=True)
+
+
 def test_a_grid_folder_takes_runs_from_one_starting_checkpoint(tmp_path):
     from recipes.toy.grid import START, check_start, weights_fingerprint
 
