@@ -20,8 +20,8 @@ every eval_interval steps; when it ends, the checkpoint with the best validation
 recipe's SELECTION) is evaluated greedily on FLORES devtest (OUT/<name>/heldout.jsonl, the step
 in selected.json) and the checkpoints are deleted, except VEPO without KL's on the first seed
 (the decision-point study reads it). Runs write OUT/<name>/metrics.jsonl; a run whose metrics
-hold every step (and whose held-out records exist, with validation) is skipped, so rerunning
-continues the grid.
+hold every step (and whose held-out records exist, with validation) is skipped and an interrupted
+one resumes from its newest checkpoint, so rerunning continues the grid.
 """
 
 from __future__ import annotations

@@ -218,7 +218,6 @@ def test_run_grid_trains_chooses_the_validated_checkpoint_evaluates_it_and_resum
 def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     """A run stopped after its step-2 checkpoint: relaunched with its checkpoint and rows in place."""
     from recipes.toy import grid
-
     from vepo_mcore.training.logging import read_metrics
 
     run, setup, out = GridRun("grpo", "none", 0), _setup(tmp_path, eval_interval=2), tmp_path / "out"
