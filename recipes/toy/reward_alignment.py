@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from recipes.toy.recipe import CONFIGS
+from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
 from vepo_mcore.eval.heldout import carried_items
 from vepo_mcore.rewards.mt import chrf_score
 from vepo_mcore.rewards.rlvr import active_terms, clip, rlvr_reward
@@ -68,7 +69,7 @@ def answer_rows(samples: list[Sample], rewards_cfg) -> list[dict]:
     return rows
 
 
-def within_group_r(rows: list[dict], measure: str, key: str, samples: int = 2000, seed: int = 0) -> dict:
+def within_group_r(rows: list[dict], measure: str, key: str) -> dict:
     """Mean over groups of Pearson r(rows[key], rows[measure]) inside each group where both vary (rows
     whose measure is None left out), with a bootstrap 95% interval over those groups."""
     groups: dict[int, list[dict]] = {}
@@ -83,11 +84,8 @@ def within_group_r(rows: list[dict], measure: str, key: str, samples: int = 2000
             rs.append(float(np.corrcoef(x, y)[0, 1]))
     if not rs:
         return {"r": None, "low": None, "high": None, "groups": 0}
-    values = np.array(rs)
-    draws = np.random.default_rng(seed).integers(0, len(values), (samples, len(values)))
-    means = values[draws].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return {"r": float(values.mean()), "low": float(low), "high": float(high), "groups": len(rs)}
+    low, high = paired_mean_diff_ci([0.0] * len(rs), rs)
+    return {"r": float(np.mean(rs)), "low": low, "high": high, "groups": len(rs)}
 
 
 def alignment(rows: list[dict]) -> dict[str, dict[str, dict]]:
