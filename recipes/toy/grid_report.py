@@ -14,6 +14,7 @@ from recipes.toy.figures import plot_ablations, plot_decision_point, plot_grid_m
 from recipes.toy.grid import (
     ABLATION_KL,
     FULL,
+    SFT_HELDOUT,
     GridRun,
     GridSetup,
     grid_records,
@@ -96,7 +97,7 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
     claims = all_claims(records, {run.name: rows for run, rows in histories.items()}, overlong, toy_summary,
                         decision)  # fmt: skip
     (report / "claims.json").write_text(json.dumps(claims, indent=1) + "\n")
-    sft_heldout = setup.sft.parent / "heldout_sft.jsonl"
+    sft_heldout = out / SFT_HELDOUT
     start = summarize(read_records(sft_heldout)) if sft_heldout.is_file() else None
     figures = [name for name in FIGURES if (report / name).is_file()]
     (report / "grid.md").write_text(grid_markdown(records, claims, setup, wall_s, decision, start, figures))
@@ -106,7 +107,7 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
 def grid_markdown(records: list[dict], claims: dict, setup: GridSetup, wall_s: float | None,
                   decision: dict | None, start: dict | None = None, figures: list[str] = ()) -> str:  # fmt: skip
     lines = ["# The paper's RL grid at toy scale", "",
-             f"From the SFT checkpoint `{setup.sft.parent.name}/{setup.sft.name}`; tau {setup.temperature}, lr {setup.lr}, {setup.mini_batches} updates per "
+             f"From the SFT checkpoint `{setup.sft.parent.name}/{setup.sft.name}`; tau {setup.temperature}, lr {setup.update_lr:g}, {setup.mini_batches} updates per "
              f"rollout batch, KL coefficient {setup.kl_coef} (k2/k3), "
              f"DAPO overlong buffer {setup.overlong_buffer}; prompts {setup.directions} dev sentences "
              f"`{setup.prompt_sentences}`." + (f" Wall time {wall_s / 60:.0f} min." if wall_s else ""), "",
@@ -164,21 +165,26 @@ def _num(value, fmt: str) -> str:
 HELDOUT_COLUMNS = (("heldout_chrf", "chrF++"), ("heldout_chrf_source", "chrF++ from source"),
                    ("heldout_same_opening", "same opening %"), ("heldout_overall", "overall %"),
                    ("heldout_step", "chosen step"))  # fmt: skip
+DELTA_COLUMNS = (("heldout_chrf_delta_ci95", "chrF++ - SFT"),
+                 ("heldout_chrf_source_delta_ci95", "from source - SFT"))  # fmt: skip
+"""Paired 95% intervals against the SFT policy, one per seed."""
 
 
 def heldout_table(records: list[dict], start: dict | None = None) -> list[str]:
     """Markdown rows: one per algorithm (or VEPO ablation) and KL regime, each held-out value as the
-    seed mean with the seeds' range; '-' where no run of the cell was evaluated. start: the SFT
-    checkpoint's eval.heldout summary, the first row."""
+    seed mean with the seeds' range, then each seed's paired interval against the SFT policy; '-'
+    where no run of the cell was evaluated. start: the SFT checkpoint's eval.heldout summary on the
+    same sentences, the first row."""
     cells: dict[tuple[str, str, str], list[dict]] = {}
     for r in records:
         cells.setdefault((r["algorithm"], r.get("variant", FULL), r["kl"]), []).append(r)
-    lines = ["| algorithm | removed part | KL | seeds | " + " | ".join(c[1] for c in HELDOUT_COLUMNS) + " |",
-             "|---|---|---|---|" + "---|" * len(HELDOUT_COLUMNS)]  # fmt: skip
+    columns = (*HELDOUT_COLUMNS, *DELTA_COLUMNS)
+    lines = ["| algorithm | removed part | KL | seeds | " + " | ".join(c[1] for c in columns) + " |",
+             "|---|---|---|---|" + "---|" * len(columns)]  # fmt: skip
     if start:
         values = [f"{start[key.removeprefix('heldout_').replace('overall', 'overall_pass')]:.1f}"
                   for key, _ in HELDOUT_COLUMNS[:-1]]  # fmt: skip
-        lines.append("| SFT (the start) |  |  | 1 | " + " | ".join(values) + " | - |")
+        lines.append("| SFT (the start) |  |  | 1 | " + " | ".join(values) + " | - | - | - |")
     for (algorithm, variant, kl), rows in cells.items():
         values = []
         for key, _ in HELDOUT_COLUMNS:
@@ -191,6 +197,9 @@ def heldout_table(records: list[dict], start: dict | None = None) -> list[str]:
                 values.append(", ".join(str(x) for x in xs))
             else:
                 values.append(f"{sum(xs) / len(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})")
+        for key, _ in DELTA_COLUMNS:
+            intervals = [row[key] for row in rows if row.get(key)]
+            values.append("; ".join(f"[{lo:+.1f}, {hi:+.1f}]" for lo, hi in intervals) or "-")
         part = "" if variant == FULL else variant
         lines.append(f"| {algorithm} | {part} | {kl} | {len(rows)} | " + " | ".join(values) + " |")
     return lines

@@ -88,7 +88,9 @@ def test_every_run_is_a_valid_rl_config(run, tmp_path):
     assert (cfg.rl.loss.name, cfg.rl.kl.estimator, cfg.rl.kl.measure_interval) == (run.algorithm, run.kl, 1)
     assert cfg.rl.rollout.sampling.temperature == 0.4  # the recipe's (configs/rl.yaml)
     assert cfg.training.train_iters == 7 and cfg.training.seed == 1000 + run.seed
-    assert cfg.training.optimizer.lr == cfg.training.optimizer.min_lr == 1e-4  # the recipe's
+    assert (
+        cfg.training.optimizer.lr == cfg.training.optimizer.min_lr == 1e-4 / 4
+    )  # the recipe's, over 4 updates
     assert cfg.rl.prompt_sentences == "800:947" and cfg.rl.eval_sentences == "947:"
     # four updates per rollout batch (the ratios leave 1, the clips act); K = 8 -> G = 4 (filtering removes half)
     assert (cfg.rl.mini_batches, cfg.rl.ppo_epochs, cfg.training.micro_batch_size) == (4, 1, 8)
@@ -189,6 +191,9 @@ def test_run_grid_trains_chooses_the_validated_checkpoint_evaluates_it_and_resum
             rows[1].update({"valid/overall_pass": 80.0, "valid/chrf": 20.0})
             rows[3].update({"valid/overall_pass": 85.0, "valid/chrf": 10.0})  # worse sum: step 2 wins
             _write(run_dir / "metrics.jsonl", rows)
+        elif log_file.name == "sft_heldout.log":  # the starting point, on the runs' sentences
+            assert args[args.index("--checkpoint") + 1] == str(setup.sft)
+            _write(Path(args[args.index("--out") + 1]), _heldout_records(chrf=10.0))
         else:
             assert args[args.index("--checkpoint") + 1].endswith("iter_0000002")
             _write(Path(args[args.index("--out") + 1]), _heldout_records())
@@ -197,7 +202,9 @@ def test_run_grid_trains_chooses_the_validated_checkpoint_evaluates_it_and_resum
     setup = _setup(tmp_path, eval_interval=2)
     runs = [GridRun("vepo", "none", 0), GridRun("grpo", "none", 0)]
     grid.run_grid(runs, setup, tmp_path / "out", steps=4, workers=1, log=lambda *_: None)
-    assert calls == [(r.name, log) for r in runs for log in ("train.log", "heldout.log")]
+    assert calls == [("out", "sft_heldout.log")] + [
+        (r.name, log) for r in runs for log in ("train.log", "heldout.log")
+    ]
     out = tmp_path / "out"
     assert json.loads((out / runs[1].name / "selected.json").read_text())["step"] == 2
     assert (out / runs[0].name / "checkpoint").is_dir()  # the decision-point study reads VEPO's
@@ -213,6 +220,9 @@ def test_run_grid_trains_chooses_the_validated_checkpoint_evaluates_it_and_resum
     assert records[1]["heldout_chrf"] == pytest.approx(21.5) and records[1]["heldout_step"] == 2
     assert records[1]["heldout_overall"] == 50.0 and records[1]["heldout_same_opening"] is not None
     assert "heldout_chrf_source" in records[1]
+    lo, hi = records[1]["heldout_chrf_delta_ci95"]  # every sentence 10 chrF++ above the SFT's
+    assert lo == pytest.approx(10.0) and hi == pytest.approx(10.0)
+    assert records[1]["heldout_chrf_source_delta_ci95"] is not None
 
 
 def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
@@ -221,7 +231,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     from vepo_mcore.training.logging import read_metrics
 
     run, setup, out = GridRun("grpo", "none", 0), _setup(tmp_path, eval_interval=2), tmp_path / "out"
-    grid.check_start(out, setup.sft)
+    grid.check_start(out, setup.sft, setup.settings(4))
     run_dir = out / run.name
     (run_dir / "checkpoint" / "iter_0000002").mkdir(parents=True)
     rows = _rows([3.0] * 4)
@@ -267,6 +277,35 @@ def test_a_grid_folder_takes_runs_from_one_starting_checkpoint(tmp_path):
         check_start(out, tmp_path / "a")
     with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
         check_start(tmp_path / "new", tmp_path / "nothing")
+
+
+def test_a_grid_folder_takes_runs_with_one_set_of_settings(tmp_path):
+    """Runs of other settings (here the learning rate) are not added to a grid folder, whose
+    start.json records the settings; the same settings are."""
+    from recipes.toy.grid import START, check_start
+
+    setup, out = _setup(tmp_path), tmp_path / "grid"
+    check_start(out, setup.sft, setup.settings(200))
+    assert json.loads((out / START).read_text())["settings"]["lr"] == setup.update_lr
+    check_start(out, setup.sft, setup.settings(200))
+    with pytest.raises(ValueError, match=r"other settings \(lr 2\.5e-05 -> 0\.0001\).*--out"):
+        check_start(out, setup.sft, dataclasses.replace(setup, lr=1e-4).settings(200))
+    with pytest.raises(ValueError, match=r"other settings \(steps 200 -> 100\)"):
+        check_start(out, setup.sft, setup.settings(100))
+
+
+def test_the_learning_rate_spreads_the_recipes_step_over_the_updates_of_a_batch(tmp_path):
+    from recipes.toy.grid import recipe_rl
+
+    recipe = recipe_rl("training", "optimizer", "lr")
+    setup = _setup(tmp_path)
+    assert setup.mini_batches == 4 and setup.update_lr == pytest.approx(recipe / 4)
+    assert dataclasses.replace(setup, mini_batches=2, ppo_epochs=2).update_lr == pytest.approx(recipe / 4)
+    assert dataclasses.replace(setup, lr=3e-4).update_lr == 3e-4
+    flags = dataclasses.replace(setup, mini_batches=1).overrides(
+        GridRun("vepo", "none", 0), 4, tmp_path / "out"
+    )
+    assert flags[flags.index("--training.optimizer.lr") + 1] == str(recipe)
 
 
 def _record(algorithm, kl, seed, entropy=(3.0, 3.0), length=(30.0, 30.0), variant="full", **extra):
@@ -499,7 +538,7 @@ def test_the_report_writes_the_new_fields_every_claim_and_the_heldout_table(tmp_
         _write(out / run.name / "metrics.jsonl", rows)
         _write(out / run.name / "heldout.jsonl", _heldout_records(chrf=20.0 + i))
         (out / run.name / "selected.json").write_text(json.dumps({"step": 20}))
-    _write(tmp_path / "heldout_sft.jsonl", _heldout_records(chrf=10.0))  # beside the SFT checkpoint
+    _write(out / "sft_heldout.jsonl", _heldout_records(chrf=10.0))  # the grid's own SFT evaluation
     setup = _setup(tmp_path)
     claims_out = write_grid_report(runs, out, tmp_path / "report", setup, study=False)
     records = json.loads((tmp_path / "report" / "grid.json").read_text())
@@ -514,6 +553,7 @@ def test_the_report_writes_the_new_fields_every_claim_and_the_heldout_table(tmp_
     assert "Figures: grid_entropy.png, grid_length.png, grid_ablations.png." in markdown
     assert "| SFT (the start) |  |  | 1 | 11.5 |" in markdown
     assert "| vepo | symmetric_clip | none | 2 | 25.0 (24.5-25.5) |" in markdown
+    assert "| 20, 20 | [+13.0, +13.0]; [+14.0, +14.0] |" in markdown  # each seed's chrF++ - SFT interval
     assert "- a clip acts on more than 1% of tokens at some step: 5 of 5 runs" in markdown
     assert "- importance ratios leave 1: 0 of 0 runs" in markdown  # the rows hold no rl/ratio_max
 
