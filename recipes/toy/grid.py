@@ -329,7 +329,10 @@ def check_start(out: Path, sft: Path, settings: dict | None = None) -> None:
                 f"{out}: its runs started from {recorded['sft']} (weights {recorded['fingerprint']}), this grid "
                 f"from {sft} (weights {fingerprint}); move {out} aside or pass --out to start the grid afresh"
             )
-        before = recorded.get("settings", {})
+        if "settings" not in recorded:
+            raise ValueError(f"{file} records no settings: which settings its runs ran with is unknown; "
+                             f"move {out} aside or pass --out to start the grid afresh")  # fmt: skip
+        before = recorded["settings"]
         changed = sorted(k for k in {*before, *(settings or {})} if before.get(k) != (settings or {}).get(k))
         if changed:
             diffs = ", ".join(f"{k} {before.get(k)!r} -> {(settings or {}).get(k)!r}" for k in changed)

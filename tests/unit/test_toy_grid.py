@@ -292,6 +292,10 @@ def test_a_grid_folder_takes_runs_with_one_set_of_settings(tmp_path):
         check_start(out, setup.sft, dataclasses.replace(setup, lr=1e-4).settings(200))
     with pytest.raises(ValueError, match=r"other settings \(steps 200 -> 100\)"):
         check_start(out, setup.sft, setup.settings(100))
+    record = json.loads((out / START).read_text())
+    (out / START).write_text(json.dumps({k: v for k, v in record.items() if k != "settings"}))
+    with pytest.raises(ValueError, match="records no settings"):
+        check_start(out, setup.sft, setup.settings(200))
 
 
 def test_the_learning_rate_spreads_the_recipes_step_over_the_updates_of_a_batch(tmp_path):
