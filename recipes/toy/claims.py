@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
+from vepo_mcore.eval.bootstrap import mean_value_ci, paired_mean_diff_ci
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 PARTLY, UNTESTED = "partly reproduced", "untested"
@@ -75,11 +75,6 @@ def _select(records: list[dict], algorithm: str, kl: str | None = None, variant:
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
-
-
-def _mean_ci(values: list[float]) -> tuple[float, float]:
-    """95% bootstrap interval of the mean of `values`."""
-    return paired_mean_diff_ci([0.0] * len(values), values)
 
 
 def _round(x):
@@ -276,7 +271,7 @@ def claim_c8(records: list[dict], histories: dict[str, list[dict]] | None = None
               if r.get("variant", "full") == "full" and r.get("entropy_len_corr_mean") is not None]  # fmt: skip
     if not values:
         return _verdict(INCONCLUSIVE, rule, missing="rollout/entropy_len_corr")
-    lo, hi = _mean_ci(values)
+    lo, hi = mean_value_ci(values)
     mean = _mean(values)
     verdict = (
         REPRODUCED if mean >= CORRELATED and lo > 0 else NOT_REPRODUCED if hi < UNCORRELATED else INCONCLUSIVE

@@ -322,7 +322,7 @@ def check_start(out: Path, sft: Path, settings: dict | None = None) -> None:
     """Refuse to add runs to a grid folder whose runs started from other weights or ran with other
     settings (a grid compares runs that differ in their algorithm, KL, seed and variant only); record
     the starting point and settings of a new one in out/start.json."""
-    fingerprint, file = weights_fingerprint(sft), out / START
+    fingerprint, file, settings = weights_fingerprint(sft), out / START, settings or {}
     if file.is_file():
         recorded = json.loads(file.read_text())
         if recorded["fingerprint"] != fingerprint:
@@ -334,9 +334,9 @@ def check_start(out: Path, sft: Path, settings: dict | None = None) -> None:
             raise ValueError(f"{file} records no settings: which settings its runs ran with is unknown; "
                              f"move {out} aside or pass --out to start the grid afresh")  # fmt: skip
         before = recorded["settings"]
-        changed = sorted(k for k in {*before, *(settings or {})} if before.get(k) != (settings or {}).get(k))
+        changed = sorted(k for k in {*before, *settings} if before.get(k) != settings.get(k))
         if changed:
-            diffs = ", ".join(f"{k} {before.get(k)!r} -> {(settings or {}).get(k)!r}" for k in changed)
+            diffs = ", ".join(f"{k} {before.get(k)!r} -> {settings.get(k)!r}" for k in changed)
             raise ValueError(f"{out}: its runs ran with other settings ({diffs}); pass the same settings, "
                              f"or move {out} aside or pass --out to start the grid afresh")  # fmt: skip
         return
@@ -344,7 +344,7 @@ def check_start(out: Path, sft: Path, settings: dict | None = None) -> None:
         raise ValueError(f"{out} holds runs but no {START}: which SFT checkpoint they started from is unknown; "
                          f"move {out} aside or pass --out")  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    record = {"sft": str(sft), "fingerprint": fingerprint, "settings": settings or {}}
+    record = {"sft": str(sft), "fingerprint": fingerprint, "settings": settings}
     file.write_text(json.dumps(record, indent=1) + "\n")
 
 

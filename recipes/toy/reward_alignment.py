@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from recipes.toy.recipe import CONFIGS
-from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
+from vepo_mcore.eval.bootstrap import mean_value_ci
 from vepo_mcore.eval.heldout import carried_items
 from vepo_mcore.rewards.mt import chrf_score
 from vepo_mcore.rewards.rlvr import active_terms, clip, rlvr_reward
@@ -84,7 +84,7 @@ def within_group_r(rows: list[dict], measure: str, key: str) -> dict:
             rs.append(float(np.corrcoef(x, y)[0, 1]))
     if not rs:
         return {"r": None, "low": None, "high": None, "groups": 0}
-    low, high = paired_mean_diff_ci([0.0] * len(rs), rs)
+    low, high = mean_value_ci(rs)
     return {"r": float(np.mean(rs)), "low": low, "high": high, "groups": len(rs)}
 
 

@@ -88,9 +88,8 @@ def test_every_run_is_a_valid_rl_config(run, tmp_path):
     assert (cfg.rl.loss.name, cfg.rl.kl.estimator, cfg.rl.kl.measure_interval) == (run.algorithm, run.kl, 1)
     assert cfg.rl.rollout.sampling.temperature == 0.4  # the recipe's (configs/rl.yaml)
     assert cfg.training.train_iters == 7 and cfg.training.seed == 1000 + run.seed
-    assert (
-        cfg.training.optimizer.lr == cfg.training.optimizer.min_lr == 1e-4 / 4
-    )  # the recipe's, over 4 updates
+    per_update = 1e-4 / 4  # the recipe's lr spread over the 4 updates of a batch
+    assert cfg.training.optimizer.lr == cfg.training.optimizer.min_lr == per_update
     assert cfg.rl.prompt_sentences == "800:947" and cfg.rl.eval_sentences == "947:"
     # four updates per rollout batch (the ratios leave 1, the clips act); K = 8 -> G = 4 (filtering removes half)
     assert (cfg.rl.mini_batches, cfg.rl.ppo_epochs, cfg.training.micro_batch_size) == (4, 1, 8)

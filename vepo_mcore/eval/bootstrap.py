@@ -122,6 +122,19 @@ def paired_group_test(
     )
 
 
+def mean_value_ci(
+    values: Sequence[float], n_samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED
+) -> tuple[float, float]:
+    """95% percentile interval of mean(values) under resampling of the n items.
+
+    values: [n] per-item values (a per-sentence difference, a per-group correlation).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    means = x[resample_indices(len(x), n_samples, seed)].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
 def paired_mean_diff_ci(
     base: Sequence[float], system: Sequence[float], n_samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED
 ) -> tuple[float, float]:
@@ -132,6 +145,4 @@ def paired_mean_diff_ci(
     a, b = np.asarray(base, dtype=np.float64), np.asarray(system, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired scores differ in shape: {a.shape} vs {b.shape}")
-    means = (b - a)[resample_indices(len(a), n_samples, seed)].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(lo), float(hi)
+    return mean_value_ci(b - a, n_samples, seed)
