@@ -298,17 +298,17 @@ def test_a_grid_folder_takes_runs_with_one_set_of_settings(tmp_path):
 
 
 def test_the_learning_rate_spreads_the_recipes_step_over_the_updates_of_a_batch(tmp_path):
-    from recipes.toy.grid import recipe_rl
+    from recipes.toy.grid import recipe_batch_lr
 
-    recipe = recipe_rl("training", "optimizer", "lr")
+    per_batch = recipe_batch_lr()
     setup = _setup(tmp_path)
-    assert setup.mini_batches == 4 and setup.update_lr == pytest.approx(recipe / 4)
-    assert dataclasses.replace(setup, mini_batches=2, ppo_epochs=2).update_lr == pytest.approx(recipe / 4)
+    assert setup.mini_batches == 4 and setup.update_lr == pytest.approx(per_batch / 4)
+    assert dataclasses.replace(setup, mini_batches=2, ppo_epochs=2).update_lr == pytest.approx(per_batch / 4)
     assert dataclasses.replace(setup, lr=3e-4).update_lr == 3e-4
     flags = dataclasses.replace(setup, mini_batches=1).overrides(
         GridRun("vepo", "none", 0), 4, tmp_path / "out"
     )
-    assert flags[flags.index("--training.optimizer.lr") + 1] == str(recipe)
+    assert float(flags[flags.index("--training.optimizer.lr") + 1]) == pytest.approx(per_batch)
 
 
 def _record(algorithm, kl, seed, entropy=(3.0, 3.0), length=(30.0, 30.0), variant="full", **extra):
