@@ -40,6 +40,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import yaml
+
 from vepo_mcore.eval.heldout import read_records, write_records
 from vepo_mcore.languages import EXPANDED_LANGS, flores_path, load_flores
 from vepo_mcore.training.checkpointing import iteration_dir, resolve_checkpoint
@@ -170,6 +172,16 @@ def _has_checkpoint(path: Path) -> bool:
     return resolve_checkpoint(path) is not None
 
 
+def _trained(save: Path) -> bool:
+    """A training stage is done when its newest checkpoint is its run's last iteration (the saved
+    config.yaml's train_iters); an interrupted stage is not, and its rerun resumes from the checkpoint."""
+    checkpoint = resolve_checkpoint(save)
+    if checkpoint is None:
+        return False
+    train_iters = yaml.safe_load((save / "config.yaml").read_text())["training"]["train_iters"]
+    return int(checkpoint.name.removeprefix("iter_")) >= train_iters
+
+
 class _Stages:
     """Times each stage of one directory and prints a line per stage."""
 
@@ -269,7 +281,7 @@ def build_shared(plan: ToyPlan) -> dict[str, Path]:
 
     stage("data_and_trim", (paths["toy_tok"] / "tokenizer.json").is_file(), data_and_trim)
     base_data = _data_paths({"en": paths["base_data"] / "cpt_en_text_document"})
-    stage("base", _has_checkpoint(paths["base"]), lambda: _train(
+    stage("base", _trained(paths["base"]), lambda: _train(
         plan, "base", "pretrain_cpt.py", paths["base_tok"], paths["base"], BASE_SEED, base_data, shared / "logs"))  # fmt: skip
     return paths
 
@@ -354,7 +366,7 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
     ]  # fmt: skip
     last = [name for name, _, _ in trainings].index(plan.until)
     for name, checkpoint, fn in trainings[: last + 1]:
-        stage(name, _has_checkpoint(root / checkpoint), fn)
+        stage(name, (_has_checkpoint if name == "resize" else _trained)(root / checkpoint), fn)
 
     def heldout(
         checkpoint: Path, out: Path, indomain: bool, sentences: int, hyps: Path | None = None

@@ -139,3 +139,21 @@ def test_run_seed_stops_after_its_until_stage_and_evaluates_what_it_trained(tmp_
     assert [n for n in launched if not n.startswith("eval_")] == ["resize", *trained[1:]]
     assert [n for n in launched if n.startswith("eval_")] == [f"eval_heldout_{n}" for n in evaluated]
     assert json.loads((tmp_path / "seed0" / "rl_prompts.json").read_text())["directions"] == "en-vi"
+
+
+def test_an_interrupted_training_stage_is_not_done_and_reruns(tmp_path):
+    from recipes.toy.recipe import _trained
+
+    save = tmp_path / "rl"
+    assert not _trained(save)  # nothing yet
+    save.mkdir()
+    (save / "config.yaml").write_text("training:\n  train_iters: 200\n")
+    for step in (40, 80):
+        (save / f"iter_{step:07d}").mkdir()
+        (save / f"iter_{step:07d}" / "metadata.json").write_text("{}")
+        (save / "latest_checkpointed_iteration.txt").write_text(str(step))
+    assert not _trained(save)  # stopped at step 84: resumes from 80
+    (save / "iter_0000200").mkdir()
+    (save / "iter_0000200" / "metadata.json").write_text("{}")
+    (save / "latest_checkpointed_iteration.txt").write_text("200")
+    assert _trained(save)
