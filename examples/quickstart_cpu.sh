@@ -39,14 +39,14 @@ SEED="$OUT/toy/seed0"
 # base, CPT and SFT keep the rate 2e-3: the toy's 5e-4 is chosen for its full budgets. It trains in
 # fp32 where the toy trains in bf16: bf16 is fast only on CPUs with AMX, and a newcomer's may not have it.
 # Its 16 RL steps take one update a rollout batch at 1e-4 from K = G = 4 samples a prompt (the toy:
-# four at 2.5e-5 from K = 8 -> G = 4, twice the rollouts, for its 200 steps).
+# four at 2.5e-5 from 4 of 8 samples, twice the rollouts, unfiltered, for its 200 steps).
 stage 1/4 "toy recipe: tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> held-out eval (tools/run_toy.py)"
 # shellcheck disable=SC2086  # TOY_ARGS is a list of flags
 "$PY" tools/run_toy.py --out "$OUT/toy" --seeds 0 --directions "$DIRECTIONS" --eval-sentences "$EVAL_SENTENCES" \
   --iters base="$BASE_ITERS" cpt="$CPT_ITERS" sft="$SFT_ITERS" rl="$RL_ITERS" --no-report \
   --rl-holdout 0 --rl-validation 0 --sft-window 1 --no-bitext --vocab-min-count 1 --set all.training.logging.log_interval=5 \
   base.training.optimizer.lr=2e-3 cpt.training.optimizer.lr=2e-3 sft.training.optimizer.lr=2e-3 \
-  rl.rl.mini_batches=1 rl.rl.filtering.num_candidates=4 rl.training.micro_batch_size=16 \
+  rl.rl.mini_batches=1 rl.rl.filtering.num_candidates=4 rl.rl.filtering.enabled=true rl.training.micro_batch_size=16 \
   rl.training.optimizer.lr=1e-4 rl.training.optimizer.min_lr=1e-4 all.training.bf16=false $TOY_ARGS
 
 stage 2/4 "reward model from the SFT checkpoint: corrupted FLORES pairs, 10 error categories"

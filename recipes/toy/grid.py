@@ -11,8 +11,8 @@ Every run is tools/train_vepo.py with recipes/toy/configs/rl.yaml and the same o
 what defines its algorithm (rl.loss.name; DAPO also turns on dynamic sampling, and its overlong
 twin the soft overlong penalty), its KL estimator, and for an ablation the one field that removes
 its part (ABLATIONS). The settings are those under which the paper's mechanisms act: several
-optimizer updates per rollout batch (ratios leave 1, the clips act), K > G candidates (RLVR
-filtering removes some), the recipe's sampling temperature, and its learning rate spread over the
+optimizer updates per rollout batch (ratios leave 1, the clips act), K > G candidates with RLVR
+filtering on (it removes some; the recipe's own RL stage trains unfiltered), the recipe's sampling temperature, and its learning rate spread over the
 updates of a batch (GridSetup.lr). The reference pass runs every step, so rl/kl_k1..k3 are
 measured in every run, KL optimised or not.
 
@@ -208,7 +208,7 @@ class GridSetup:
             "--rl.loss.name", run.algorithm, "--rl.kl.estimator", run.kl, "--rl.kl.coef", str(self.kl_coef),
             "--rl.kl.measure_interval", "1", "--rl.mini_batches", str(self.mini_batches),
             "--rl.ppo_epochs", str(self.ppo_epochs), "--training.micro_batch_size", str(self.micro_batch_size),
-            "--rl.filtering.num_candidates", str(self.num_candidates),
+            "--rl.filtering.enabled", "true", "--rl.filtering.num_candidates", str(self.num_candidates),
             "--rl.filtering.group_size", str(self.group_size),
             "--training.optimizer.lr", str(self.update_lr), "--training.optimizer.min_lr", str(self.update_lr),
             "--rl.rollout.sampling.temperature", str(self.temperature),

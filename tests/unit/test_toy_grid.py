@@ -94,6 +94,7 @@ def test_every_run_is_a_valid_rl_config(run, tmp_path):
     # four updates per rollout batch (the ratios leave 1, the clips act); K = 8 -> G = 4 (filtering removes half)
     assert (cfg.rl.mini_batches, cfg.rl.ppo_epochs, cfg.training.micro_batch_size) == (4, 1, 8)
     assert (cfg.rl.filtering.num_candidates, cfg.rl.filtering.group_size) == (8, 4)
+    assert cfg.rl.filtering.enabled  # the toy recipe's RL stage trains unfiltered; the grid filters
     assert cfg.rl.filtering.dynamic_sampling == (run.algorithm == "dapo")
     assert cfg.rl.loss.options_of("dapo").overlong_buffer == (16 if run.overlong else 0)
     assert cfg.rl.loss.ratio_mode == ("untempered" if run.variant == "tau1_ratio" else "tempered")
