@@ -120,13 +120,13 @@ def _add_rollout_measures(root: Path, result: dict) -> None:
     result["rl"]["entropy_ratio"] = mean(last, "rollout/entropy") / mean(first, "rollout/entropy")
 
 
-CURVE_GOALS = {"chrf_source": 3.0, "chrf_source_indomain": 10.0}
-"""The toy's goals after SFT, drawn on the chrf_source-by-SFT-step curve."""
+CURVE_GOALS = {"chrf_source": 3.0, "chrf_source_indomain": 10.0, "copy_rate": 50.0}
+"""The toy's goals after SFT, drawn on the by-SFT-step curves."""
 
 
 def sft_curve(root: Path) -> list[dict]:
-    """chrF++ and chrf_source (devtest and in-domain, the first COMPARE_SENTENCES per direction) of
-    every kept SFT checkpoint of one seed, the last one included; [] when only the last was kept."""
+    """chrF++, chrf_source and copy_rate (devtest and in-domain, the first COMPARE_SENTENCES per
+    direction) of every kept SFT checkpoint of one seed, the last one included; [] when only the last was kept."""
     steps = sft_curve_steps(root)
     if not steps:
         return []
@@ -149,23 +149,30 @@ def sft_curve(root: Path) -> list[dict]:
 
 def _curve_point(step: int, devtest: list[dict], indomain: list[dict]) -> dict:
     dev, ind = summarize(devtest), summarize(indomain)
-    return {"step": step, "chrf": dev["chrf"], "chrf_source": dev["chrf_source"],
-            "chrf_indomain": ind["chrf"], "chrf_source_indomain": ind["chrf_source"]}  # fmt: skip
+    return {"step": step, "chrf": dev["chrf"], "chrf_source": dev["chrf_source"], "copy_rate": dev["copy_rate"],
+            "chrf_indomain": ind["chrf"], "chrf_source_indomain": ind["chrf_source"],
+            "copy_rate_indomain": ind["copy_rate"]}  # fmt: skip
 
 
 def plot_sft_curve(curves: dict[str, list[dict]], path: Path) -> Path:
-    """chrf_source on devtest and in-domain by SFT step, one line per seed, the goals dashed."""
+    """chrf_source on devtest and in-domain, devtest chrF++, and the names and numbers kept (devtest
+    solid, in-domain dotted) by SFT step, one line per seed, the goals dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
     panels = (("chrf_source", "devtest chrf_source"), ("chrf_source_indomain", "in-domain chrf_source"),
-              ("chrf", "devtest chrF++"))  # fmt: skip
+              ("chrf", "devtest chrF++"), ("copy_rate", "names and numbers kept, % (in-domain dotted)"))  # fmt: skip
     for ax, (key, title) in zip(axes, panels):
-        for seed, points in curves.items():
-            ax.plot([p["step"] for p in points], [p[key] for p in points], marker="o", label=seed)
+        for i, (seed, points) in enumerate(curves.items()):
+            steps = [p["step"] for p in points]
+            ax.plot(steps, [p[key] for p in points], marker="o", color=f"C{i}", label=seed)
+            if key == "copy_rate":
+                ax.plot(
+                    steps, [p["copy_rate_indomain"] for p in points], marker=".", linestyle=":", color=f"C{i}"
+                )
         if key in CURVE_GOALS:
             ax.axhline(CURVE_GOALS[key], color="grey", linestyle="--", label="goal")
         ax.set_title(title)
@@ -344,12 +351,13 @@ def results_markdown(summary: dict) -> str:
                 lines.append(f"| {policy.upper()}, seed {s['seed']} | " + " | ".join(cells) + " |")
     if "sft_curve" in summary:
         lines += ["", f"The SFT policy by SFT step (sft_curve.png; the first {COMPARE_SENTENCES} sentences per direction):",
-                  "", "| seed | step | devtest chrF++ | devtest chrf_source | in-domain chrF++ | in-domain chrf_source |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
+                  "", "| seed | step | devtest chrF++ | devtest chrf_source | names/numbers kept | in-domain chrF++ | "
+                  "in-domain chrf_source | in-domain names/numbers kept |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for seed, points in summary.get("sft_curve", {}).items():
         for p in points:
-            lines.append(f"| {seed} | {p['step']} | {p['chrf']:.1f} | {p['chrf_source']:.2f} | "
-                         f"{p['chrf_indomain']:.1f} | {p['chrf_source_indomain']:.2f} |")  # fmt: skip
+            lines.append(f"| {seed} | {p['step']} | {p['chrf']:.1f} | {p['chrf_source']:.2f} | {p['copy_rate']:.1f} | "
+                         f"{p['chrf_indomain']:.1f} | {p['chrf_source_indomain']:.2f} | "
+                         f"{p['copy_rate_indomain']:.1f} |")  # fmt: skip
     lines += ["", "The paper's constraint table (tools/verify_constraints.py on the same hypotheses; Format is",
               "rated only where the source has structure, N of them):", "",
               "| system | Lang | Length | Format (N) | Mixing | Overall |", "|---|---|---|---|---|---|"]  # fmt: skip

@@ -84,7 +84,7 @@ def _translations(n: int, good: bool) -> list[dict]:
         f"sentence number {i} says {w}"
         for i, w in enumerate(["rain", "sun", "wind", "snow", "fog", "hail"] * n)
     ]
-    rows = [{"direction": "en-th", "index": i, "source": "s", "reference": refs[i],
+    rows = [{"direction": "en-th", "index": i, "source": f"item {i}", "reference": refs[i],
              "hypothesis": refs[i] if good else "sentence number says", "response_tokens": 5, "stop": True,
              "lang": True, "length": True, "format": True, "mixing": True, "overall": True}
             for i in range(n)]  # fmt: skip
@@ -113,5 +113,7 @@ def test_sft_curve_reads_every_kept_checkpoint_in_step_order_and_ends_at_the_las
     assert abs(points[0]["chrf_source"]) < 1e-9  # one answer for every source: nothing from the source
     assert points[1]["chrf_source"] > 30 and points[1]["chrf_source_indomain"] > 30
     assert points[2]["chrf_source"] > 30 and abs(points[2]["chrf_source_indomain"]) < 1e-9
+    # the source's number, kept by its reference, is kept by the good answers only
+    assert points[2]["copy_rate"] == 100.0 and points[2]["copy_rate_indomain"] == 0.0
     png = plot_sft_curve({"seed1": points}, tmp_path / "curve.png")
     assert png.stat().st_size > 10_000
