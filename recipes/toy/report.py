@@ -126,7 +126,8 @@ CURVE_GOALS = {"chrf_source": 3.0, "chrf_source_indomain": 10.0, "copy_rate": 50
 
 def sft_curve(root: Path) -> list[dict]:
     """chrF++, chrf_source and copy_rate (devtest and in-domain, the first COMPARE_SENTENCES per
-    direction) of every kept SFT checkpoint of one seed, the last one included; [] when only the last was kept."""
+    direction) of every kept SFT checkpoint of one seed, the last one included; [] when only the
+    last was kept."""
     steps = sft_curve_steps(root)
     if not steps:
         return []
