@@ -13,8 +13,8 @@ twin the soft overlong penalty), its KL estimator, and for an ablation the one f
 its part (ABLATIONS). The settings are those under which the paper's mechanisms act: several
 optimizer updates per rollout batch (ratios leave 1, the clips act), K > G candidates with RLVR
 filtering on (it removes some; the recipe's own RL stage trains unfiltered), the recipe's sampling
-temperature, and its learning rate spread over the updates of a batch (GridSetup.lr). The reference pass runs every step, so rl/kl_k1..k3 are
-measured in every run, KL optimised or not.
+temperature, and its learning rate spread over the updates of a batch (GridSetup.lr). The
+reference pass runs every step, so rl/kl_k1..k3 are measured in every run, KL optimised or not.
 
 With validation sentences (the toy's rl.eval_sentences), every run is validated and checkpointed
 every eval_interval steps; when it ends, the checkpoint with the best validation score (the toy

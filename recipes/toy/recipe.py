@@ -40,11 +40,9 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import yaml
-
 from vepo_mcore.eval.heldout import read_records, write_records
 from vepo_mcore.languages import EXPANDED_LANGS, flores_path, load_flores
-from vepo_mcore.training.checkpointing import iteration_dir, resolve_checkpoint
+from vepo_mcore.training.checkpointing import checkpoint_config, iteration_dir, resolve_checkpoint
 from vepo_mcore.translation.directions import parse_directions
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -173,13 +171,12 @@ def _has_checkpoint(path: Path) -> bool:
 
 
 def _trained(save: Path) -> bool:
-    """A training stage is done when its newest checkpoint is its run's last iteration (the saved
-    config.yaml's train_iters); an interrupted stage is not, and its rerun resumes from the checkpoint."""
-    checkpoint = resolve_checkpoint(save)
-    if checkpoint is None:
+    """A training stage is done when its newest checkpoint is its run's last iteration (the
+    train_iters saved with it); an interrupted stage is not, and its rerun resumes from the checkpoint."""
+    if resolve_checkpoint(save) is None:
         return False
-    train_iters = yaml.safe_load((save / "config.yaml").read_text())["training"]["train_iters"]
-    return int(checkpoint.name.removeprefix("iter_")) >= train_iters
+    cfg, checkpoint = checkpoint_config(save)
+    return int(checkpoint.name.removeprefix("iter_")) >= cfg.training.train_iters
 
 
 class _Stages:

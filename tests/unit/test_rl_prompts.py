@@ -146,14 +146,15 @@ def test_an_interrupted_training_stage_is_not_done_and_reruns(tmp_path):
 
     save = tmp_path / "rl"
     assert not _trained(save)  # nothing yet
-    save.mkdir()
-    (save / "config.yaml").write_text("training:\n  train_iters: 200\n")
-    for step in (40, 80):
-        (save / f"iter_{step:07d}").mkdir()
+
+    def checkpoint(step: int) -> None:  # what save_checkpoint leaves: metadata, the run's config, `latest`
+        (save / f"iter_{step:07d}").mkdir(parents=True)
         (save / f"iter_{step:07d}" / "metadata.json").write_text("{}")
+        (save / f"iter_{step:07d}" / "config.yaml").write_text("training:\n  train_iters: 200\n")
         (save / "latest_checkpointed_iteration.txt").write_text(str(step))
+
+    checkpoint(40)
+    checkpoint(80)
     assert not _trained(save)  # stopped at step 84: resumes from 80
-    (save / "iter_0000200").mkdir()
-    (save / "iter_0000200" / "metadata.json").write_text("{}")
-    (save / "latest_checkpointed_iteration.txt").write_text("200")
+    checkpoint(200)
     assert _trained(save)
