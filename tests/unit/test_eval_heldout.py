@@ -123,4 +123,8 @@ def test_copy_rate_counts_only_what_the_reference_keeps():
         {"source": "Open 2 of 3 tabs", "reference": "เปิด 2 จาก 3 แท็บ", "hypothesis": "เปิด 2 แท็บ"},
     ]
     assert carried_share(rows) == pytest.approx(100.0 * 2 / 3)
+    assert carried_share(rows, "numbers") == pytest.approx(50.0)  # 2 kept, 3 dropped
+    assert carried_share(rows, "names") == pytest.approx(100.0)  # XHR
+    with pytest.raises(ValueError, match="'dates' is not one of"):
+        carried_share(rows, "dates")
     assert np.isnan(carried_share([{"source": "Go to Paris", "reference": "ไปปารีส", "hypothesis": "Paris"}]))

@@ -18,7 +18,7 @@ the same hypothesis scored against the reference of another sentence of its dire
 (:func:`mismatched_chrf`), and ``same_opening``, the share of hypotheses that begin like their
 direction's most common opening (:func:`same_opening_share`). ``copy_rate`` is the share of the
 source's numbers and Latin-script names kept by the reference that the hypothesis keeps too
-(:func:`carried_share`).
+(:func:`carried_share`); ``numbers_kept`` and ``names_kept`` count the two kinds apart.
 
 With ``bitext=DIR`` the test sentences are the in-domain held-out pairs DIR/<lang>/heldout.jsonl
 written by tools/build_parallel_corpus.py (English on one side of every direction) instead of FLORES.
@@ -137,13 +137,21 @@ def carried_items(source: str) -> list[str]:
     return _CARRIED.findall(" " + source.split(None, 1)[1] if len(source.split(None, 1)) > 1 else "")
 
 
-def carried_share(records: Sequence[dict]) -> float:
-    """Percent of the sources' numbers and names that their references keep as written (carried_items
-    found in the reference: a capitalised word that only opens a sentence is no name) and that their
-    hypotheses keep too; nan when no reference keeps any."""
+CARRIED_KINDS = ("all", "numbers", "names")
+"""What carried_share counts: every carried item, only the numbers, or only the names."""
+
+
+def carried_share(records: Sequence[dict], kind: str = "all") -> float:
+    """Percent of the sources' numbers and names (`kind`: both, only numbers, only names) that their
+    references keep as written (carried_items found in the reference: a capitalised word that only
+    opens a sentence is no name) and that their hypotheses keep too; nan when no reference keeps any."""
+    if kind not in CARRIED_KINDS:
+        raise ValueError(f"carried_share: kind {kind!r} is not one of {CARRIED_KINDS}")
     found = total = 0
     for r in records:
         items = [item for item in carried_items(r["source"]) if item in r["reference"]]
+        if kind != "all":
+            items = [item for item in items if item[0].isdigit() == (kind == "numbers")]
         total += len(items)
         found += sum(item in r["hypothesis"] for item in items)
     return 100.0 * found / total if total else float("nan")
@@ -192,14 +200,15 @@ def metric_values(records: Sequence[dict], name: str) -> list[float]:
 
 
 def summarize(records: Sequence[dict]) -> dict[str, float]:
-    """Mean of each METRICS value (pass rates in percent), same_opening (percent) and the mean
-    response length in tokens."""
+    """Mean of each METRICS value (pass rates in percent), same_opening, copy_rate, numbers_kept and
+    names_kept (percent) and the mean response length in tokens."""
     if not records:
         raise ValueError("no held-out records to summarize")
     n = len(records)
     out = {name: sum(metric_values(records, name)) / n for name in METRICS}
     out["same_opening"] = same_opening_share(records)
     out["copy_rate"] = carried_share(records)
+    out["numbers_kept"], out["names_kept"] = carried_share(records, "numbers"), carried_share(records, "names")
     out["response_tokens"] = sum(r["response_tokens"] for r in records) / n
     out["n"] = n
     return out
