@@ -208,7 +208,8 @@ def summarize(records: Sequence[dict]) -> dict[str, float]:
     out = {name: sum(metric_values(records, name)) / n for name in METRICS}
     out["same_opening"] = same_opening_share(records)
     out["copy_rate"] = carried_share(records)
-    out["numbers_kept"], out["names_kept"] = carried_share(records, "numbers"), carried_share(records, "names")
+    for kind in ("numbers", "names"):
+        out[f"{kind}_kept"] = carried_share(records, kind)
     out["response_tokens"] = sum(r["response_tokens"] for r in records) / n
     out["n"] = n
     return out
