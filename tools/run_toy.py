@@ -4,10 +4,9 @@
     python tools/run_toy.py --seeds 0 --out runs/toy_fast --iters sft=200 rl=40 --report-dir /tmp/r
     python tools/run_toy.py --seeds 0 --until sft           # what tools/run_grid.py starts from
 
-Parallel text from Debian packages (apt-get; --no-bitext: FLORES dev only) -> expanded, trimmed
-tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> held-out evaluation (FLORES devtest and the
-in-domain pairs) -> reports/toy. A rerun continues (finished stages are skipped). --set
-STAGE.FIELD=VALUE overrides one stage's field (--set rl.rl.kl.estimator=k3; STAGE "all": every one).
+Parallel text from Debian packages (apt-get; --no-bitext: FLORES dev only) -> tokenizer -> base ->
+resize -> CPT -> SFT -> VEPO RL -> held-out evaluation -> reports/toy. A rerun continues (finished
+stages are skipped). --set STAGE.FIELD=VALUE overrides one stage's field (STAGE "all": every one).
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     add("--bitext-cache", default="~/.cache/vepo_mcore/debs", help="the fetched .deb files (reused)")
     add("--iters", nargs="*", action="extend", default=[], metavar="STAGE=N", help="train_iters per stage")
     add("--set", nargs="*", action="extend", default=[], metavar="STAGE.FIELD=VALUE", help="stage overrides")
+    add("--name-swap", type=float, default=0.0, metavar="SHARE", help="SFT share of name-swapped pairs")
     add("--vocab-min-count", type=int, default=10, metavar="K",
         help="the toy vocabularies keep ids used >= K times in their data (1: every id)")  # fmt: skip
     add("--eval-sentences", type=int, default=100,
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                    threads=args.threads, iters=iters, overrides=overrides, eval_sentences=args.eval_sentences,
                    max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout, sft_window=args.sft_window,
                    rl_validation=args.rl_validation, rl_eval_interval=args.rl_eval_interval,
-                   bitext=not args.no_bitext, bitext_cache=Path(args.bitext_cache).expanduser(),
+                   bitext=not args.no_bitext, bitext_cache=Path(args.bitext_cache).expanduser(), name_swap=args.name_swap,
                    vocab_min_count=args.vocab_min_count, until=args.until)  # fmt: skip
     seed_dirs = run_toy(plan)
     if not args.no_report and args.until == "rl":

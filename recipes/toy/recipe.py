@@ -88,6 +88,9 @@ class ToyPlan:
     with more text from outweighing the others."""
     bitext_weight: float = 0.7
     """SFT share of the parallel-text conversations (the rest: the FLORES dev directions)."""
+    name_swap: float = 0.0
+    """> 0: this SFT share goes to the SFT conversations whose names are swapped for made-up ones
+    (data/name_swap.py), the other sources keep their ratio; 0: none."""
     vocab_min_count: int = 1
     """The toy's vocabularies keep the ids their data uses at least this often (tokenizer/trim.py);
     rarer words encode into shorter pieces, so the output layer stays small as the data grows."""
@@ -343,14 +346,7 @@ def run_seed(plan: ToyPlan, seed: int, paths: dict[str, Path]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     prompts = {"directions": plan.directions, "prompt_sentences": rl_prompts}
     (root / "rl_prompts.json").write_text(json.dumps(prompts))
-    sft_paths, sft_weights = {"translation": str(sft_file)}, {"translation": 1.0}
-    if plan.bitext:
-        sft_paths["bitext"] = str(paths["bitext_sft"])
-        sft_weights = {"translation": 1.0 - plan.bitext_weight, "bitext": plan.bitext_weight}
-    sft_data = [
-        "--data.sft_phases",
-        json.dumps([{"name": "translation", "paths": sft_paths, "weights": sft_weights}]),
-    ]
+    sft_data = ["--data.sft_phases", json.dumps([sft_phase(plan, sft_file, paths.get("bitext_sft"))])]
     resize = [sys.executable, str(TOOLS / "resize_embeddings.py"), "--megatron-load", str(paths["base"]),
               "--megatron-save", str(root / "resized"), "--tokenizer", str(toy_tok), "--base-tokenizer", str(base_tok)]  # fmt: skip
     rl_from_sft = ["--rl.directions", plan.directions, "--rl.prompt_sentences", rl_prompts,
@@ -475,6 +471,35 @@ def _sft_and_rl_split(plan: ToyPlan, all_dev: Path) -> tuple[Path, str]:
         rows = direction_examples(pairs, sentences=f":{first}", window=plan.sft_window)
         write_records(rows, path)
     return path, f"{first}:" if plan.rl_holdout > 0 else ":"
+
+
+def sft_phase(plan: ToyPlan, translation: Path, bitext: Path | None) -> dict:
+    """The SFT stage's one data phase (data.sft_phases): the FLORES dev directions (`translation`),
+    with plan.bitext the parallel text (`bitext`) at plan.bitext_weight, with plan.name_swap their
+    name-swapped conversations at that share (the others keep their ratio)."""
+    paths, weights = {"translation": str(translation)}, {"translation": 1.0}
+    if plan.bitext:
+        paths["bitext"] = str(bitext)
+        weights = {"translation": 1.0 - plan.bitext_weight, "bitext": plan.bitext_weight}
+    if plan.name_swap > 0:
+        paths["names"] = str(_name_swapped(paths.values()))
+        weights = {k: w * (1.0 - plan.name_swap) for k, w in weights.items()} | {"names": plan.name_swap}
+    return {"name": "translation", "paths": paths, "weights": weights}
+
+
+def _name_swapped(files) -> Path:
+    """The name-swapped conversations of the SFT files (data/name_swap.py), built once beside the
+    first of them."""
+    from vepo_mcore.data.name_swap import name_swapped_chats
+
+    files = [Path(f) for f in files]
+    path = files[0].with_name("names_" + "_".join(f.stem for f in files) + ".jsonl")
+    if not path.is_file():
+        chats = name_swapped_chats([row for f in files for row in read_records(f)], seed=0)
+        partial = path.with_suffix(".partial")
+        write_records(chats, partial)
+        partial.rename(path)  # whole or absent: seeds run side by side share it
+    return path
 
 
 def _data_paths(paths: dict[str, Path]) -> list[str]:

@@ -30,9 +30,9 @@ import numpy as np
 
 from recipes.toy.recipe import CONFIGS
 from vepo_mcore.eval.bootstrap import mean_value_ci
-from vepo_mcore.eval.heldout import carried_items
 from vepo_mcore.rewards.mt import chrf_score
 from vepo_mcore.rewards.rlvr import active_terms, clip, rlvr_reward
+from vepo_mcore.translation.carried import carried_items
 from vepo_mcore.translation.sample import Sample
 
 MEASURES = ("src_chrf", "carried", "chars")

@@ -29,7 +29,6 @@ translate: reading and summarising records (the recipes' reports) never loads it
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +38,7 @@ from vepo_mcore.eval.systems import write_hypotheses
 from vepo_mcore.languages import load_flores, sentence_range
 from vepo_mcore.rewards.constraints import check_samples
 from vepo_mcore.rewards.mt import chrf_score
+from vepo_mcore.translation.carried import carried_items, is_number
 from vepo_mcore.translation.directions import parse_directions
 from vepo_mcore.translation.prompts import clean_hypothesis, prompt_samples
 
@@ -128,15 +128,6 @@ def test_sentences(src: str, tgt: str, split: str, bitext: str | Path | None) ->
     return (english, other) if src == "en" else (other, english)
 
 
-_CARRIED = re.compile(r"\d+(?:[.,:]\d+)*|(?<=\s)[A-Z][\w'’-]*[A-Za-z0-9]|(?<=\s)[A-Z]")
-
-
-def carried_items(source: str) -> list[str]:
-    """Numbers and Latin-script capitalised words inside the source (not its first word): what a
-    translation into any of our languages keeps as written."""
-    return _CARRIED.findall(" " + source.split(None, 1)[1] if len(source.split(None, 1)) > 1 else "")
-
-
 CARRIED_KINDS = ("all", "numbers", "names")
 """What carried_share counts: every carried item, only the numbers, or only the names."""
 
@@ -151,7 +142,7 @@ def carried_share(records: Sequence[dict], kind: str = "all") -> float:
     for r in records:
         items = [item for item in carried_items(r["source"]) if item in r["reference"]]
         if kind != "all":
-            items = [item for item in items if item[0].isdigit() == (kind == "numbers")]
+            items = [item for item in items if is_number(item) == (kind == "numbers")]
         total += len(items)
         found += sum(item in r["hypothesis"] for item in items)
     return 100.0 * found / total if total else float("nan")
