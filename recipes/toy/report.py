@@ -414,7 +414,10 @@ def _wall_line(wall: float | None) -> str:
         return (
             "One seed of the whole recipe: not timed here (no seed ran every stage in these run directories)."
         )
-    return f"One seed of the whole recipe: {wall / 60:.1f} min wall on this machine."
+    return (
+        f"One seed of the whole recipe: {wall / 60:.1f} min wall on this machine (the shared stages and the "
+        "fastest seed's, as they ran: seeds run side by side share the cores and take longer than one alone)."
+    )
 
 
 def _seed_wall(wall: dict[str, float]) -> str:
