@@ -38,8 +38,8 @@ SEED="$OUT/toy/seed0"
 # and RL's last checkpoint is evaluated (the toy keeps 50 RL sentences to choose one by). Its short
 # base, CPT and SFT keep the rate 2e-3: the toy's 5e-4 is chosen for its full budgets. It trains in
 # fp32 where the toy trains in bf16: bf16 is fast only on CPUs with AMX, and a newcomer's may not have it.
-# Its 16 RL steps take one update a rollout batch at 1e-4 from K = G = 4 samples a prompt (the toy:
-# four at 2.5e-5 from 4 of 8 samples, twice the rollouts, unfiltered, for its 200 steps).
+# Its 16 RL steps take one update a rollout batch at 1e-4 from K = G = 4 filtered samples a prompt
+# (the toy: four at 2.5e-5 from 4 unfiltered samples, for its 200 steps).
 stage 1/4 "toy recipe: tokenizer -> base -> resize -> CPT -> SFT -> VEPO RL -> held-out eval (tools/run_toy.py)"
 # shellcheck disable=SC2086  # TOY_ARGS is a list of flags
 "$PY" tools/run_toy.py --out "$OUT/toy" --seeds 0 --directions "$DIRECTIONS" --eval-sentences "$EVAL_SENTENCES" \
