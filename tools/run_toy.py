@@ -2,7 +2,7 @@
 
     python tools/run_toy.py --seeds 0 1 2                   # runs/toy, then reports/toy
     python tools/run_toy.py --seeds 0 --out runs/toy_fast --iters sft=200 rl=40 --report-dir /tmp/r
-    python tools/run_toy.py --seeds 0 --until sft           # what tools/run_grid.py starts from
+    python tools/run_toy.py --seeds 0 --until sft --iters sft=2500   # what tools/run_grid.py starts from
 
 Parallel text from Debian packages (apt-get; --no-bitext: FLORES dev only) -> tokenizer -> base ->
 resize -> CPT -> SFT -> VEPO RL -> held-out evaluation -> reports/toy. A rerun continues (finished
@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                    threads=args.threads, iters=iters, overrides=overrides, eval_sentences=args.eval_sentences,
                    max_new_tokens=args.max_new_tokens, rl_holdout=args.rl_holdout, sft_window=args.sft_window,
                    rl_validation=args.rl_validation, rl_eval_interval=args.rl_eval_interval,
-                   bitext=not args.no_bitext, bitext_cache=Path(args.bitext_cache).expanduser(), name_swap=args.name_swap,
-                   vocab_min_count=args.vocab_min_count, until=args.until)  # fmt: skip
+                   bitext=not args.no_bitext, bitext_cache=Path(args.bitext_cache).expanduser(),
+                   name_swap=args.name_swap, vocab_min_count=args.vocab_min_count, until=args.until)  # fmt: skip
     seed_dirs = run_toy(plan)
     if not args.no_report and args.until == "rl":
         from recipes.toy.report import write_report

@@ -173,7 +173,8 @@ class GridSetup:
             raise FileNotFoundError(
                 f"{seed_dir / 'sft'} does not exist: the grid starts from a toy seed's SFT checkpoint; "
                 f"make it with `python tools/run_toy.py --out {seed_dir.parent} --seeds "
-                f"{seed_dir.name.removeprefix('seed')} --until sft` (~45 min on 2 cores)"
+                f"{seed_dir.name.removeprefix('seed')} --until sft --iters sft=2500` (the SFT the committed "
+                "runs start from; ~45 min on 2 cores)"
             )
         sft_cfg, _ = checkpoint_config(seed_dir / "sft")
         return cls(sft=seed_dir / "sft", tokenizer=Path(sft_cfg.tokenizer.path), vocab_size=sft_cfg.model.vocab_size,
