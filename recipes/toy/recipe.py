@@ -37,6 +37,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -487,7 +488,7 @@ def sft_phase(plan: ToyPlan, translation: Path, bitext: Path | None) -> dict:
     return {"name": "translation", "paths": paths, "weights": weights}
 
 
-def _name_swapped(files) -> Path:
+def _name_swapped(files: Iterable[str]) -> Path:
     """The name-swapped conversations of the SFT files (data/name_swap.py), built once beside the
     first of them."""
     from vepo_mcore.data.name_swap import name_swapped_chats

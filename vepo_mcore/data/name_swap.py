@@ -1,7 +1,7 @@
 """Name-swapped SFT pairs: the same translation with its names replaced by made-up ones.
 
     swap_names("Ring's CEO, Jamie Siminoff, said", "Giám đốc Jamie Siminoff nói", random.Random(0))
-    # ("Ring's CEO, Velora Tandik, said", "Giám đốc Velora Tandik nói")
+    # ("Ring's CEO, Brainchir Varchoul, said", "Giám đốc Brainchir Varchoul nói")
     chats = name_swapped_chats(conversations, seed=0)   # ChatML conversations, one per pair with names
 
 A small model learns the names its data repeats (product names of UI text) but does not copy a new
@@ -45,12 +45,13 @@ def swap_names(source: str, target: str, rng: random.Random) -> tuple[str, str] 
     """(source, target) with every name both keep verbatim replaced by one synthetic name on both
     sides; None when the pair keeps no name or a name is not bounded the same number of times on
     both sides."""
-    names = sorted({i for i in carried_items(source) if not is_number(i) and len(i) > 1 and i in target})
+    names = {i for i in carried_items(source) if not is_number(i) and len(i) > 1 and i in target}
     if not names:
         return None
-    for name in sorted(names, key=len, reverse=True):  # "New York" parts: the longer name first
+    for name in sorted(names, key=lambda n: (-len(n), n)):  # a longer name before its parts
         pattern = _bounded(name)
-        if len(pattern.findall(source)) != len(pattern.findall(target)) or not pattern.search(source):
+        found = len(pattern.findall(source))
+        if found == 0 or found != len(pattern.findall(target)):
             return None
         new = synthetic_name(name, rng)
         source, target = pattern.sub(new, source), pattern.sub(new, target)
