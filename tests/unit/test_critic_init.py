@@ -1,4 +1,4 @@
-"""models.heads.init_from_policy: the PPO critic starts from the policy's trunk with a zero head, so
+"""rl.experience.init_critic: the PPO critic starts from the policy's trunk with a zero head, so
 its values are 0 on every token at the first step, and a policy of another shape is refused."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import torch
 
 from vepo_mcore.config import JobConfig
 from vepo_mcore.models.builder import build_model
-from vepo_mcore.models.heads import ScalarHead, build_value_model, init_from_policy
+from vepo_mcore.models.heads import ScalarHead, build_value_model
 from vepo_mcore.parallel import init_model_parallel
+from vepo_mcore.rl.experience import init_critic
 
 
 def _cfg(tied: bool, layers: int = 2) -> JobConfig:
@@ -38,7 +39,7 @@ def test_critic_takes_every_policy_weight_but_the_lm_head_and_starts_at_zero(tie
     }
     assert any(not torch.equal(v, critic.state_dict()[k]) for k, v in trunk.items())
 
-    init_from_policy(critic, policy)
+    init_critic(critic, policy)
     state = critic.state_dict()
     for k, v in trunk.items():
         assert torch.equal(state[k], v), k
@@ -61,5 +62,5 @@ def test_critic_takes_every_policy_weight_but_the_lm_head_and_starts_at_zero(tie
 def test_a_policy_of_another_shape_is_refused():
     critic = build_value_model(_cfg(tied=True, layers=2))
     policy = build_model(copy.deepcopy(_cfg(tied=True, layers=3)))
-    with pytest.raises(ValueError, match="does not fit its critic.*unexpected.*layers.2"):
-        init_from_policy(critic, policy)
+    with pytest.raises(ValueError, match="does not fit its critic.*not in the model: decoder.layers.2"):
+        init_critic(critic, policy)

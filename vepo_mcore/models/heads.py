@@ -3,7 +3,6 @@ plus error-category logits). A GPTModel whose vocab-parallel output layer is rep
 head replicated on every TP rank, so TP/PP, checkpointing and the schedules work unchanged:
 
     critic = build_value_model(cfg)              # forward(tokens, pos, None) -> [b, s, 1]
-    init_from_policy(critic, policy)             # the policy's trunk, V = 0 everywhere at the start
     rm = build_value_model(cfg, num_outputs=11)  # score + 10 category logits
 """
 
@@ -15,6 +14,9 @@ import torch
 
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.models.builder import build_model
+
+LM_HEAD = "output_layer."
+"""The state-dict prefix of the policy's LM head, which these models replace (the rest they share)."""
 
 # Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
 # take the save folder's lock).
@@ -68,25 +70,3 @@ def _untied(cfg: JobConfig) -> JobConfig:
     cfg = copy.deepcopy(cfg)
     cfg.model.tie_word_embeddings = False
     return cfg
-
-
-def init_from_policy(value_model: torch.nn.Module, policy: torch.nn.Module) -> None:
-    """Start a critic from the policy (this rank's stages of one layout, unwrapped): every weight but
-    the LM head copied, the scalar head zeroed so that V = 0 on every token at the first step.
-
-    As PPO trainers initialise their critic from the actor (or a reward model): a randomly initialised
-    trunk gives values of the reward's own scale that are noise, and GAE turns that noise into the
-    advantages.
-    """
-    trunk = {k: v for k, v in policy.state_dict().items() if not k.startswith("output_layer.")}
-    missing, unexpected = value_model.load_state_dict(trunk, strict=False)
-    left = [k for k in missing if not k.startswith("output_layer.") and not k.endswith("_extra_state")]
-    if unexpected or left:
-        raise ValueError(
-            f"the policy does not fit its critic: weights missing {left}, unexpected {list(unexpected)}"
-        )
-    head = getattr(value_model, "output_layer", None)
-    if isinstance(head, ScalarHead):  # only the last pipeline stage holds the head
-        with torch.no_grad():
-            head.weight.zero_()
-            head.bias.zero_()

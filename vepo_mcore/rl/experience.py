@@ -24,10 +24,12 @@ from typing import Any
 import torch
 
 from vepo_mcore.config.rl import LossConfig
+from vepo_mcore.models.heads import LM_HEAD, ScalarHead
 from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.logprobs import masked_policy_logprobs_and_entropy
 from vepo_mcore.rl.losses.ppo import value_loss
 from vepo_mcore.training.pipeline import broadcast_from_last_stage, forward_backward
+from vepo_mcore.training.state_dict import load_model_state
 from vepo_mcore.translation.sample import Sample
 
 # Imported where used: megatron.core (heavy: seconds to import; the trainers import this module before they
@@ -208,6 +210,24 @@ def policy_logprobs(
 
 
 @torch.no_grad()
+def init_critic(critic: torch.nn.Module, policy: torch.nn.Module) -> None:
+    """Start the PPO critic from the policy (both unwrapped, this rank's stages of one layout): every
+    weight but the LM head copied, the scalar head zeroed so that V = 0 on every token at the first
+    step. As PPO trainers initialise their critic from the actor (or a reward model): a randomly
+    initialised trunk gives values of the reward's own scale that are noise, and GAE turns that
+    noise into the advantages."""
+    trunk = {k: v for k, v in policy.state_dict().items() if not k.startswith(LM_HEAD)}
+    try:
+        load_model_state(critic, trunk, missing_ok=(LM_HEAD,))
+    except ValueError as e:
+        raise ValueError(f"the policy does not fit its critic: {e}") from None
+    head = getattr(critic, "output_layer", None)
+    if isinstance(head, ScalarHead):  # only the last pipeline stage holds the head
+        with torch.no_grad():
+            head.weight.zero_()
+            head.bias.zero_()
+
+
 def critic_values(critic, exp: Experience, micro_batch_size: int) -> torch.Tensor:
     """Forward-only critic values V(s_t) at every target position, [B, S] on every pipeline rank."""
     from megatron.core import parallel_state as ps

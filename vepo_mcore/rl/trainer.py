@@ -32,7 +32,7 @@ from vepo_mcore.eval.diversity import distinct_n, group_chrf
 from vepo_mcore.eval.heldout import heldout_records, summarize
 from vepo_mcore.models.builder import build_model
 from vepo_mcore.models.fp8 import token_multiple
-from vepo_mcore.models.heads import build_value_model, init_from_policy
+from vepo_mcore.models.heads import build_value_model
 from vepo_mcore.parallel import init_model_parallel
 from vepo_mcore.parallel.device import device
 from vepo_mcore.rewards.rlvr import check_weights, rlvr_reward
@@ -90,7 +90,7 @@ class RLTrainer:
         self.critic = self.critic_optimizer = self.critic_scheduler = None
         if get_loss(cfg.rl.loss.name).needs_critic:
             self.critic = wrap_model(build_value_model(cfg), cfg)
-            init_from_policy(unwrap(self.critic), unwrap(self.model))  # before the optimizer copies it
+            xp.init_critic(unwrap(self.critic), unwrap(self.model))  # before the optimizer copies it
             self.critic_optimizer = build_optimizer(self.critic, cfg)
             self.critic_scheduler = build_scheduler(self.critic_optimizer, cfg)
 

@@ -18,7 +18,7 @@ from megatron.core import parallel_state as ps
 
 from vepo_mcore.config.base import load_config
 from vepo_mcore.config.job import JobConfig
-from vepo_mcore.models.heads import build_value_model
+from vepo_mcore.models.heads import LM_HEAD, build_value_model
 from vepo_mcore.parallel import init_model_parallel
 from vepo_mcore.parallel.device import device
 from vepo_mcore.rm import NUM_OUTPUTS
@@ -28,6 +28,7 @@ from vepo_mcore.tokenizer import load_tokenizer
 from vepo_mcore.training.checkpointing import load_checkpoint, resolve_checkpoint
 from vepo_mcore.training.optimizer import unwrap
 from vepo_mcore.training.pipeline import broadcast_from_last_stage, forward_backward
+from vepo_mcore.training.state_dict import load_model_state
 
 
 def build_reward_model(cfg: JobConfig, pre_process=None, post_process=None):
@@ -49,16 +50,12 @@ def load_policy_weights(model, checkpoint: str | Path) -> list[str]:
     if path is None:
         raise FileNotFoundError(f"policy checkpoint {checkpoint} holds no checkpoint (no 'latest' or iter_*)")
     inner = unwrap(model)
-    wanted = {k: v for k, v in inner.sharded_state_dict().items() if not k.startswith("output_layer.")}
+    wanted = {k: v for k, v in inner.sharded_state_dict().items() if not k.startswith(LM_HEAD)}
     loaded = dist_checkpointing.load({"model": wanted}, str(path))["model"]
-    missing, unexpected = inner.load_state_dict(loaded, strict=False)
-    if unexpected or any(
-        not k.startswith("output_layer.") for k in missing if not k.endswith("_extra_state")
-    ):
-        raise ValueError(
-            f"{path}: policy weights do not fit the reward model (missing {missing}, unexpected {unexpected})"
-        )
-    return [k for k in missing if not k.endswith("_extra_state")]
+    try:
+        return load_model_state(inner, loaded, missing_ok=(LM_HEAD,))
+    except ValueError as e:
+        raise ValueError(f"{path}: policy weights do not fit the reward model: {e}") from None
 
 
 def load_reward_model(checkpoint: str | Path, cfg: JobConfig | None = None):

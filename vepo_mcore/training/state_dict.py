@@ -20,14 +20,21 @@ import torch
 EXTRA_STATE_SUFFIX = "_extra_state"
 
 
-def load_model_state(model: torch.nn.Module, state_dict: Mapping[str, object]) -> None:
-    """model.load_state_dict(state_dict) where only `*._extra_state` keys may be missing or unexpected.
+def load_model_state(
+    model: torch.nn.Module, state_dict: Mapping[str, object], missing_ok: tuple[str, ...] = ()
+) -> list[str]:
+    """model.load_state_dict(state_dict) where only `*._extra_state` keys may be missing or
+    unexpected, and keys starting with one of `missing_ok` (a part the source does not have, e.g.
+    "output_layer.") may be missing; returns those `missing_ok` keys, left at their initialisation.
 
     Any other missing or unexpected key raises a ValueError listing them (the shape checks of
     load_state_dict still raise as usual).
     """
     result = model.load_state_dict(state_dict, strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith(EXTRA_STATE_SUFFIX)]
+    left = [k for k in result.missing_keys if k.startswith(missing_ok) and not k.endswith(EXTRA_STATE_SUFFIX)]
+    missing = [
+        k for k in result.missing_keys if not k.endswith(EXTRA_STATE_SUFFIX) and not k.startswith(missing_ok)
+    ]
     unexpected = [k for k in result.unexpected_keys if not k.endswith(EXTRA_STATE_SUFFIX)]
     if missing or unexpected:
         parts = []
@@ -40,6 +47,7 @@ def load_model_state(model: torch.nn.Module, state_dict: Mapping[str, object]) -
             f"'{EXTRA_STATE_SUFFIX}' entries may differ: check model.* settings (layers, heads, "
             "tie_word_embeddings, transformer_impl) against the checkpoint's config"
         )
+    return left
 
 
 def _listing(keys: list[str], shown: int = 8) -> str:
