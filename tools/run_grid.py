@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         KL_REGIMES,
         GridSetup,
         plan_grid,
+        report_plan,
         set_flags,
         timed_grid,
     )
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ablations = [] if args.ablations == "none" else args.ablations.split(",")
     runs = plan_grid(args.algorithms.split(","), args.kl.split(","), args.seeds, ablations=ablations)
     wall_s = timed_grid(runs, setup, args.out, args.steps, args.workers, args.threads, args.report_only)
-    claims = write_grid_report(runs, args.out, args.report_dir, setup, wall_s, steps=args.steps)
+    claims = write_grid_report(report_plan(runs), args.out, args.report_dir, setup, wall_s, steps=args.steps)
     for name, claim in claims.items():
         print(f"{name}: {claim['verdict']}")
     print(f"wrote {args.report_dir}/grid.json, claims.json, grid.md and grid_*.png")

@@ -19,10 +19,11 @@ reference pass runs every step, so rl/kl_k1..k3 are measured in every run, KL op
 With validation sentences (the toy's rl.eval_sentences), every run is validated and checkpointed
 every eval_interval steps; when it ends, the checkpoint with the best validation score (the toy
 recipe's SELECTION) is evaluated greedily on FLORES devtest (OUT/<name>/heldout.jsonl, the step
-in selected.json) and the checkpoints are deleted, except VEPO without KL's on the first seed
-(the decision-point study reads it). Runs write OUT/<name>/metrics.jsonl; a run whose metrics
-hold every step (and whose held-out records exist, with validation) is skipped and an interrupted
-one resumes from its newest checkpoint, so rerunning continues the grid.
+in selected.json) and the checkpoints are deleted, except VEPO without KL's (the decision-point
+study reads the first it finds and keeps its result, decision.json, beside the run's records).
+Runs write OUT/<name>/metrics.jsonl; a run whose metrics hold every step (and whose held-out
+records exist, with validation) is skipped and an interrupted one resumes from its newest
+checkpoint, so rerunning continues the grid.
 """
 
 from __future__ import annotations
@@ -270,6 +271,12 @@ def plan_grid(
             runs.append(GridRun("dapo", "none", seed, overlong=True))
         runs += [GridRun("vepo", ABLATION_KL, seed, variant=v) for v in ablations]
     return runs
+
+
+def report_plan(runs: list[GridRun]) -> list[GridRun]:
+    """The runs a report covers: the default plan's and `runs`, so that a grid run on a subset
+    (--algorithms ppo) still reports on every finished run of its folder, not on the subset alone."""
+    return list(dict.fromkeys([*plan_grid(), *runs]))
 
 
 def is_complete(out: Path, run: GridRun, steps: int, heldout: bool = False) -> bool:

@@ -24,16 +24,29 @@ from recipes.toy.grid import (
 )
 from vepo_mcore.eval.heldout import read_records, summarize
 
+DECISION = "decision.json"
+"""The decision-point study of a VEPO run without KL, kept in its folder (committed): the report reads
+it when the run's checkpoint is gone, so a fresh clone regenerates C7."""
+
 
 def _decision_study(runs: list[GridRun], out: Path, setup: GridSetup, report: Path) -> dict | None:
-    """C7 on the first seed's VEPO (no KL) against the SFT checkpoint every run started from."""
+    """C7 on the first VEPO run without KL that has its study (DECISION) or its checkpoint, against
+    the SFT checkpoint every run started from and its held-out answers (SFT_HELDOUT)."""
     from recipes.toy.decision import decision_point_study
 
-    vepo = next((r for r in runs if r.keeps_checkpoint and (out / r.name / "checkpoint").is_dir()), None)
-    heldout = setup.sft.parent / "heldout_sft.jsonl"
-    if vepo is None or not heldout.is_file():
+    study = None
+    for run in (r for r in runs if r.keeps_checkpoint):
+        saved, checkpoint = out / run.name / DECISION, out / run.name / "checkpoint"
+        if saved.is_file():
+            study = json.loads(saved.read_text())
+        elif checkpoint.is_dir() and (out / SFT_HELDOUT).is_file():
+            study = {"run": run.name,
+                     **decision_point_study(setup.sft, checkpoint, read_records(out / SFT_HELDOUT))}  # fmt: skip
+            saved.write_text(json.dumps(study, indent=1) + "\n")
+        if study:
+            break
+    if study is None:
         return None
-    study = decision_point_study(setup.sft, out / vepo.name / "checkpoint", read_records(heldout))
     point = study["point"]
     plot_decision_point(point["tokens"], point["ids"], point["p_sft"], point["p_rl"],
                         f"{point['direction']}, answer token {point['position']}: "
@@ -135,7 +148,7 @@ def grid_markdown(records: list[dict], claims: dict, setup: GridSetup, wall_s: f
         lines.append(f"| {name} | **{claim['verdict']}** | {claim['rule']} | {evidence} |")
     if decision:
         p = decision["point"]
-        lines += ["", f"Decision point ({p['direction']}, answer token {p['position']} after {p['context']!r}): "
+        lines += ["", f"Decision point ({decision.get('run', 'VEPO')} against the SFT policy; {p['direction']}, answer token {p['position']} after {p['context']!r}): "
                   f"the SFT policy's top tokens (id, text, probability SFT -> VEPO) "
                   + ", ".join(f"#{i} {t!r} {a:.3f} -> {b:.3f}" for i, t, a, b in zip(p["ids"], p["tokens"], p["p_sft"], p["p_rl"]))]  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -21,6 +21,7 @@ from recipes.toy.grid import (
     plan_grid,
     read_heldout,
     read_histories,
+    report_plan,
 )
 from vepo_mcore.config import JobConfig, to_dict
 from vepo_mcore.config.job import job_from_cli
@@ -52,6 +53,14 @@ def test_plan_grid_seeds_the_compared_cells_and_adds_the_overlong_arm_and_the_ab
         GridRun("grpo", "none", 0, variant="seq_mean")
     with pytest.raises(ValueError, match="no_entropy_bonus"):
         GridRun("vepo", "none", 0, variant="no_clip")
+
+
+def test_a_grid_run_on_a_subset_reports_on_every_run_of_the_default_plan_and_its_own():
+    subset = plan_grid(("ppo",), ("none", "k2"), (0,), ablations=())
+    covered = report_plan(subset)
+    assert covered[: len(plan_grid())] == plan_grid()  # the default plan first, in its order
+    assert covered[len(plan_grid()) :] == [GridRun("ppo", "k2", 0)]  # then what the subset adds
+    assert len(set(covered)) == len(covered)
 
 
 def _checkpoint(save: Path, weights: bytes, integrity: bool = True) -> Path:
@@ -526,6 +535,33 @@ def test_the_grid_takes_the_rl_prompts_and_validation_the_toy_planned(tmp_path):
 def test_a_missing_sft_checkpoint_names_the_command_that_makes_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"tools/run_toy.py --out .* --seeds 3 --until sft"):
         GridSetup.from_toy(tmp_path / "seed3")
+
+
+def test_the_report_reads_the_decision_study_kept_in_a_vepo_runs_folder_when_its_checkpoint_is_gone(tmp_path):
+    from recipes.toy.grid_report import DECISION, write_grid_report
+
+    runs = [GridRun("vepo", "none", s) for s in (0, 1)]
+    out = tmp_path / "runs"
+    for run in runs:
+        _write(out / run.name / "metrics.jsonl", _rows([3.0] * 20))
+    setup = _setup(tmp_path)
+    missing = write_grid_report(
+        runs, out, tmp_path / "none", setup
+    )  # no study, no checkpoint: nothing to read
+    assert missing["C7"]["evidence"] == {"missing": "the decision-point study"}
+    point = {"direction": "en-th", "context": "Abc", "position": 1, "ids": [5, 7], "tokens": ["x", "y"],
+             "p_sft": [0.3, 0.2], "p_rl": [0.25, 0.22], "entropy_sft": 2.0, "entropy_rl": 2.1}  # fmt: skip
+    study = {"run": runs[1].name, "answers": 40, "entropy_sft": 1.0, "entropy_rl": 1.2,
+             "entropy_delta_ci95": [0.1, 0.3], "top1_sft": 0.6, "top1_rl": 0.5, "point": point}  # fmt: skip
+    (out / runs[1].name / DECISION).write_text(json.dumps(study))  # seed 0's folder holds neither
+    claims_out = write_grid_report(runs, out, tmp_path / "report", setup)
+    assert claims_out["C7"]["verdict"] == claims.REPRODUCED
+    assert claims_out["C7"]["evidence"]["diff_ci95"] == [0.1, 0.3]
+    assert (tmp_path / "report" / "grid_decision_point.png").stat().st_size > 10_000
+    assert (
+        "Decision point (vepo_kl-none_s1 against the SFT policy; en-th"
+        in (tmp_path / "report" / "grid.md").read_text()
+    )
 
 
 def test_the_report_writes_the_new_fields_every_claim_and_the_heldout_table(tmp_path):
