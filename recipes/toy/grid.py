@@ -336,6 +336,21 @@ def weights_fingerprint(checkpoint: Path) -> str:
     return hashlib.sha256(json.dumps(sorted(hashes.items())).encode()).hexdigest()[:16]
 
 
+def machine_name() -> str:
+    """This machine as start.json records it: the CPU's model, AMX or not, torch's version. A
+    checkpoint trained again on another kind of CPU (or in another precision) differs in its last
+    bits, so the fingerprint check refuses it."""
+    import platform
+
+    import torch
+
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    cpu = next((line.partition(":")[2].strip() for line in lines if line.startswith("model name")), "")
+    amx = "AMX" if torch.cpu._is_amx_tile_supported() else "no AMX"
+    return f"{cpu or platform.processor() or 'unknown CPU'}, {amx}, torch {torch.__version__}"
+
+
 def check_start(out: Path, sft: Path, settings: dict | None = None) -> None:
     """Refuse to add runs to a grid folder whose runs started from other weights or ran with other
     settings (a grid compares runs that differ in their algorithm, KL, seed and variant only); record
@@ -344,9 +359,12 @@ def check_start(out: Path, sft: Path, settings: dict | None = None) -> None:
     if file.is_file():
         recorded = json.loads(file.read_text())
         if recorded["fingerprint"] != fingerprint:
+            made_on = f", on {recorded['machine']}" if "machine" in recorded else ""
             raise ValueError(
-                f"{out}: its runs started from {recorded['sft']} (weights {recorded['fingerprint']}), this grid "
-                f"from {sft} (weights {fingerprint}); move {out} aside or pass --out to start the grid afresh"
+                f"{out}: its runs started from {recorded['sft']} (weights {recorded['fingerprint']}{made_on}), this "
+                f"grid from {sft} (weights {fingerprint}, here on {machine_name()}); a checkpoint trained again on "
+                f"another kind of CPU or in another precision differs in its last bits. Move {out} aside or pass "
+                "--out to start the grid afresh"
             )
         if "settings" not in recorded:
             raise ValueError(f"{file} records no settings: which settings its runs ran with is unknown; "
@@ -362,7 +380,7 @@ def check_start(out: Path, sft: Path, settings: dict | None = None) -> None:
         raise ValueError(f"{out} holds runs but no {START}: which SFT checkpoint they started from is unknown; "
                          f"move {out} aside or pass --out")  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    record = {"sft": str(sft), "fingerprint": fingerprint, "settings": settings}
+    record = {"sft": str(sft), "fingerprint": fingerprint, "machine": machine_name(), "settings": settings}
     file.write_text(json.dumps(record, indent=1) + "\n")
 
 
