@@ -120,7 +120,7 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
 def grid_markdown(records: list[dict], claims: dict, setup: GridSetup, wall_s: float | None,
                   decision: dict | None, start: dict | None = None, figures: list[str] = ()) -> str:  # fmt: skip
     lines = ["# The paper's RL grid at toy scale", "",
-             f"From the SFT checkpoint `{setup.sft.parent.name}/{setup.sft.name}`; tau {setup.temperature}, lr {setup.update_lr:g}, {setup.mini_batches} updates per "
+             f"From the SFT checkpoint `{setup.sft.parent.name}/{setup.sft.name}`, every run in {'bf16' if setup.bf16 else 'fp32'}; tau {setup.temperature}, lr {setup.update_lr:g}, {setup.mini_batches} updates per "
              f"rollout batch, KL coefficient {setup.kl_coef} (k2/k3), "
              f"DAPO overlong buffer {setup.overlong_buffer}; prompts {setup.directions} dev sentences "
              f"`{setup.prompt_sentences}`." + (f" Wall time {wall_s / 60:.0f} min." if wall_s else ""), "",
