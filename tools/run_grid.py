@@ -35,11 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add = p.add_argument
     add("--toy", default="runs/toy/seed0", help="toy seed directory holding sft/ (tools/run_toy.py)")
-    add(
-        "--out",
-        default="reports/toy/grid_runs",
-        help="one folder per run (committed: a fresh clone continues)",
-    )
+    add("--out", default="reports/toy/grid_runs", help="a folder per run (committed: a clone continues)")
     add("--report-dir", default="reports/toy")
     add("--steps", type=int, default=200, help="RL steps per run")
     add("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of VEPO, GRPO and the ablations")
