@@ -223,11 +223,11 @@ def init_critic(critic: torch.nn.Module, policy: torch.nn.Module) -> None:
         raise ValueError(f"the policy does not fit its critic: {e}") from None
     head = getattr(critic, "output_layer", None)
     if isinstance(head, ScalarHead):  # only the last pipeline stage holds the head
-        with torch.no_grad():
-            head.weight.zero_()
-            head.bias.zero_()
+        head.weight.zero_()
+        head.bias.zero_()
 
 
+@torch.no_grad()
 def critic_values(critic, exp: Experience, micro_batch_size: int) -> torch.Tensor:
     """Forward-only critic values V(s_t) at every target position, [B, S] on every pipeline rank."""
     from megatron.core import parallel_state as ps

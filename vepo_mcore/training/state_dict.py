@@ -31,10 +31,9 @@ def load_model_state(
     load_state_dict still raise as usual).
     """
     result = model.load_state_dict(state_dict, strict=False)
-    left = [k for k in result.missing_keys if k.startswith(missing_ok) and not k.endswith(EXTRA_STATE_SUFFIX)]
-    missing = [
-        k for k in result.missing_keys if not k.endswith(EXTRA_STATE_SUFFIX) and not k.startswith(missing_ok)
-    ]
+    absent = [k for k in result.missing_keys if not k.endswith(EXTRA_STATE_SUFFIX)]
+    left = [k for k in absent if k.startswith(missing_ok)]
+    missing = [k for k in absent if not k.startswith(missing_ok)]
     unexpected = [k for k in result.unexpected_keys if not k.endswith(EXTRA_STATE_SUFFIX)]
     if missing or unexpected:
         parts = []
