@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from vepo_mcore.config import JobConfig, load_config
+from vepo_mcore.eval.heldout import by_direction
 from vepo_mcore.parallel.launch import run_processes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,7 +140,11 @@ def test_validation_every_eval_interval_scores_held_out_dev_prompts_like_eval_he
     done = subprocess.run(tool, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     expected = json.loads(done.stdout.strip().splitlines()[-1])
-    assert sorted({r["index"] for r in map(json.loads, ref.read_text().splitlines())}) == [990, 991, 992]
+    records = [json.loads(line) for line in ref.read_text().splitlines()]
+    assert sorted({r["index"] for r in records}) == [990, 991, 992]
+    assert {"en-th/overall_pass", "zh-en/chrf"} <= set(by_direction(records))
+    for key, value in by_direction(records).items():
+        assert hist[1][f"valid/{key}"] == pytest.approx(value, abs=1e-9), key
     assert set(expected) >= {"stop_rate", "overall_pass", "chrf", "lang_pass"}
     for key, value in expected.items():
         assert hist[1][f"valid/{key}"] == pytest.approx(value, abs=1e-9, nan_ok=True), key

@@ -7,6 +7,7 @@ import pytest
 
 from vepo_mcore.eval.bootstrap import paired_mean_diff_ci
 from vepo_mcore.eval.heldout import (
+    by_direction,
     mismatched_chrf,
     paired_deltas,
     read_records,
@@ -57,6 +58,9 @@ def test_summary_and_deltas(tmp_path):
     assert deltas["overall_pass"] == [100.0, 100.0] and deltas["chrf"] == [2.0, 2.0]
     lo, hi = deltas["stop_rate"]
     assert 20.0 < lo <= 50.0 <= hi < 80.0
+    broken = rl + [_record("th-en", i, stop=True, overall=i == 0, chrf=4.0) for i in range(4)]
+    assert by_direction(broken) == {"en-th/overall_pass": 100.0, "en-th/chrf": 12.0,
+                                    "th-en/overall_pass": 25.0, "th-en/chrf": 4.0}  # fmt: skip
     write_records(rl, tmp_path / "r.jsonl")
     assert read_records(tmp_path / "r.jsonl") == rl
 

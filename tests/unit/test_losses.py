@@ -159,6 +159,46 @@ def test_reinforce_pp_hand_2x3():
     _close(loss, -objective / 5, tol=1e-5)
 
 
+def test_reinforce_pp_group_baseline_compares_each_response_with_its_own_prompt():
+    """Two prompts, the second earning less: without a baseline every answer to it gets A < 0; with
+    baseline 'group' each group holds one A > 0 and one A < 0, and the returns are (R - group mean)
+    plus the KL penalties, whitened over the batch's tokens (the 2x3 hand loop on four responses)."""
+    rewards, groups = [1.0, 0.6, 0.3, 0.1], [0, 0, 1, 1]
+    mask = [[1, 1], [1, 0], [1, 1], [1, 1]]
+    old = [[-1.0, -2.0], [-0.5, -1.0], [-1.5, -0.3], [-0.7, -0.2]]
+    ref = [[-1.2, -1.8], [-0.9, -1.0], [-1.0, -0.3], [-0.4, -0.6]]
+    batch = RLBatch(
+        logp=torch.tensor(old, dtype=torch.float64),
+        old_logp=torch.tensor(old, dtype=torch.float64),
+        mask=torch.tensor(mask, dtype=torch.bool),
+        rewards=torch.tensor(rewards),
+        group_ids=torch.tensor(groups),
+        ref_logp=torch.tensor(ref, dtype=torch.float64),
+    )
+    plain = compute_advantages(batch, LossConfig(name="reinforce_pp"))
+    assert (plain[2:][batch.mask[2:]] < 0).all()  # the weaker prompt: every token pushed down
+    cfg = LossConfig(name="reinforce_pp", options={"reinforce_pp": {"baseline": "group"}})
+    kl = KLConfig(estimator="k1", coef=0.2)
+    adv = compute_advantages(batch, cfg, kl)
+    means = {g: sum(r for r, h in zip(rewards, groups) if h == g) / 2 for g in set(groups)}
+    tokens = [(i, t) for i in range(4) for t in range(2) if mask[i][t]]
+    returns = {}
+    for i in range(4):
+        last = max(t for t in range(2) if mask[i][t])
+        running = 0.0
+        for t in range(last, -1, -1):
+            running += (rewards[i] - means[groups[i]] if t == last else 0.0) - 0.2 * (old[i][t] - ref[i][t])
+            returns[i, t] = running
+    mean = sum(returns.values()) / len(tokens)
+    std = math.sqrt(sum((v - mean) ** 2 for v in returns.values()) / (len(tokens) - 1))
+    for i, t in tokens:
+        _close(adv[i, t], (returns[i, t] - mean) / (std + 1e-6), tol=1e-5)
+    no_kl = compute_advantages(batch, cfg)
+    for group in (0, 1):
+        firsts = [float(no_kl[i, 0]) for i in range(4) if groups[i] == group]
+        assert max(firsts) > 0 > min(firsts)
+
+
 def _hand_gae(rewards, values, mask, gamma, lam):
     adv = [[0.0] * len(rewards[0]) for _ in rewards]
     for i in range(len(rewards)):

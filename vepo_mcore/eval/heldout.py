@@ -4,6 +4,7 @@ how good is it (chrF++), and is one policy better than another with a 95% interv
     records = heldout_records(engine, tokenizer, "en-th,th-en", n=50, max_new_tokens=96)
     summary = summarize(records)          # stop_rate, lang_pass, length_pass, ... in percent, chrf
                                           # chrf_source, same_opening
+    by_direction(records)                 # {"en-th/overall_pass": ..., "en-th/chrf": ...}
     deltas = paired_deltas(sft_records, rl_records)   # metric -> (lo, hi) of mean(rl - sft)
 
 A record is one devtest sentence under greedy decoding: direction, index, source, reference,
@@ -203,6 +204,19 @@ def summarize(records: Sequence[dict]) -> dict[str, float]:
         out[f"{kind}_kept"] = carried_share(records, kind)
     out["response_tokens"] = sum(r["response_tokens"] for r in records) / n
     out["n"] = n
+    return out
+
+
+def by_direction(
+    records: Sequence[dict], names: Sequence[str] = ("overall_pass", "chrf")
+) -> dict[str, float]:
+    """'<direction>/<name>' -> the mean of each METRICS `name` over that direction's records, so that a
+    direction that breaks shows where the overall mean would average it away."""
+    directions = sorted({r["direction"] for r in records})
+    out = {}
+    for direction in directions:
+        mine = [r for r in records if r["direction"] == direction]
+        out.update({f"{direction}/{name}": sum(metric_values(mine, name)) / len(mine) for name in names})
     return out
 
 

@@ -121,6 +121,15 @@ def entropy_shaped_advantages(
     return _masked(base.detach() * shaping, mask)
 
 
+def group_means(rewards: torch.Tensor, group_ids: torch.Tensor | None) -> torch.Tensor:
+    """[B] -> [B]: the mean reward of each response's group (of the whole batch without group ids)."""
+    r = rewards.detach().to(torch.float32)
+    idx, n_groups = _group_index(group_ids, r.shape[0], r.device)
+    g_sum = torch.zeros(n_groups, device=r.device).index_add_(0, idx, r)
+    g_cnt = torch.zeros(n_groups, device=r.device).index_add_(0, idx, torch.ones_like(r))
+    return (g_sum / g_cnt.clamp_min(1))[idx]
+
+
 def rloo_advantages(
     rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor | None
 ) -> torch.Tensor:

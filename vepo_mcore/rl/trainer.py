@@ -29,7 +29,7 @@ import torch.distributed as dist
 from vepo_mcore.config.job import JobConfig
 from vepo_mcore.config.rollout_correction import RolloutCorrectionConfig
 from vepo_mcore.eval.diversity import distinct_n, group_chrf
-from vepo_mcore.eval.heldout import heldout_records, summarize
+from vepo_mcore.eval.heldout import by_direction, heldout_records, summarize
 from vepo_mcore.models.builder import build_model
 from vepo_mcore.models.fp8 import token_multiple
 from vepo_mcore.models.heads import build_value_model
@@ -148,8 +148,8 @@ class RLTrainer:
     def evaluate(self) -> dict[str, float] | None:
         """Greedy answers to the rl.eval_sentences prompts of every direction, each data-parallel
         rank its share: their stop rate, constraint pass rates and chrF++ (eval.heldout.summarize,
-        the numbers tools/eval_heldout.py gives for devtest) and how many prompts were scored; None
-        without rl.eval_sentences."""
+        the numbers tools/eval_heldout.py gives for devtest), overall pass and chrF++ per direction
+        ('en-th/overall_pass') and how many prompts were scored; None without rl.eval_sentences."""
         rl = self.cfg.rl
         if not rl.eval_sentences:
             return None
@@ -162,7 +162,7 @@ class RLTrainer:
         records = [r for share in shares for r in share]
         if not records:
             raise ValueError(f"rl.eval_sentences {rl.eval_sentences!r} selects no {rl.prompt_split} sentence")
-        return {**summarize(records), "prompts": float(len(records))}
+        return {**summarize(records), **by_direction(records), "prompts": float(len(records))}
 
     def finish(self, history: list[dict[str, float]]) -> None:
         save = self.cfg.training.checkpoint.save
