@@ -457,11 +457,25 @@ def read_histories(runs: list[GridRun], out: str | Path) -> dict[GridRun, list[d
     return {run: rows for run, rows in histories.items() if rows}
 
 
+def heldout_summary(records: list[dict]) -> dict:
+    """eval.heldout.summarize of a run's held-out records, with the overall pass rate of its worst
+    direction ("worst_overall_pass") and which direction that is ("worst_direction")."""
+    from vepo_mcore.eval.heldout import by_direction, summarize
+
+    per_direction = by_direction(records, ("overall_pass",))
+    worst = min(per_direction, key=per_direction.__getitem__)
+    return {
+        **summarize(records),
+        "worst_overall_pass": per_direction[worst],
+        "worst_direction": worst.split("/")[0],
+    }
+
+
 def read_heldout(runs: list[GridRun], out: str | Path) -> dict[GridRun, dict]:
     """Each evaluated run's held-out summary (eval.heldout.summarize of heldout.jsonl) with the
     validation-chosen step it was taken at ("step") and, where the grid evaluated its SFT checkpoint
     (SFT_HELDOUT), the paired 95% intervals of the run minus the SFT policy ("delta_ci95")."""
-    from vepo_mcore.eval.heldout import paired_deltas, read_records, summarize
+    from vepo_mcore.eval.heldout import paired_deltas, read_records
 
     sft_file = Path(out) / SFT_HELDOUT
     sft = read_records(sft_file) if sft_file.is_file() else None
@@ -472,7 +486,7 @@ def read_heldout(runs: list[GridRun], out: str | Path) -> dict[GridRun, dict]:
             selected = run_dir / "selected.json"
             step = json.loads(selected.read_text())["step"] if selected.is_file() else None
             records = read_records(run_dir / "heldout.jsonl")
-            summaries[run] = {**summarize(records), "step": step,
+            summaries[run] = {**heldout_summary(records), "step": step,
                               "delta_ci95": paired_deltas(sft, records) if sft else {}}  # fmt: skip
     return summaries
 
@@ -483,7 +497,8 @@ def grid_records(
     """One record per run (reports/toy/grid.json): the first and last values are means over the
     first and last 10% of steps (at least 3), so one noisy step does not decide them; maxima and
     means are over every step; heldout_* are the devtest scores at the validation-chosen step (None
-    when the run has none), *_delta_ci95 their paired 95% intervals against the SFT policy."""
+    when the run has none; heldout_overall_worst the overall pass of the worst direction,
+    heldout_worst_direction), *_delta_ci95 their paired 95% intervals against the SFT policy."""
     records = []
     for run, history in histories.items():
         entropy = [row["rollout/entropy"] for row in history]
@@ -506,7 +521,8 @@ def grid_records(
             "entropy_len_corr_mean": _over_steps(history, "rollout/entropy_len_corr", fmean),
             "heldout_chrf": scores.get("chrf"), "heldout_chrf_source": scores.get("chrf_source"),
             "heldout_same_opening": scores.get("same_opening"), "heldout_overall": scores.get("overall_pass"),
-            "heldout_step": scores.get("step"),
+            "heldout_overall_worst": scores.get("worst_overall_pass"),
+            "heldout_worst_direction": scores.get("worst_direction"), "heldout_step": scores.get("step"),
             "heldout_chrf_delta_ci95": scores.get("delta_ci95", {}).get("chrf"),
             "heldout_chrf_source_delta_ci95": scores.get("delta_ci95", {}).get("chrf_source"),
         })  # fmt: skip

@@ -18,11 +18,12 @@ from recipes.toy.grid import (
     GridRun,
     GridSetup,
     grid_records,
+    heldout_summary,
     is_complete,
     read_heldout,
     read_histories,
 )
-from vepo_mcore.eval.heldout import read_records, summarize
+from vepo_mcore.eval.heldout import read_records
 
 DECISION = "decision.json"
 """The decision-point study of a VEPO run without KL, kept in its folder (committed): the report reads
@@ -111,7 +112,7 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
                         decision)  # fmt: skip
     (report / "claims.json").write_text(json.dumps(claims, indent=1) + "\n")
     sft_heldout = out / SFT_HELDOUT
-    start = summarize(read_records(sft_heldout)) if sft_heldout.is_file() else None
+    start = heldout_summary(read_records(sft_heldout)) if sft_heldout.is_file() else None
     figures = [name for name in FIGURES if (report / name).is_file()]
     (report / "grid.md").write_text(grid_markdown(records, claims, setup, wall_s, decision, start, figures))
     return claims
@@ -177,7 +178,10 @@ def _num(value, fmt: str) -> str:
 
 HELDOUT_COLUMNS = (("heldout_chrf", "chrF++"), ("heldout_chrf_source", "chrF++ from source"),
                    ("heldout_same_opening", "same opening %"), ("heldout_overall", "overall %"),
-                   ("heldout_step", "chosen step"))  # fmt: skip
+                   ("heldout_overall_worst", "worst direction overall %"), ("heldout_step", "chosen step"))  # fmt: skip
+START_KEYS = {"heldout_chrf": "chrf", "heldout_chrf_source": "chrf_source", "heldout_same_opening": "same_opening",
+              "heldout_overall": "overall_pass", "heldout_overall_worst": "worst_overall_pass"}  # fmt: skip
+"""The grid.heldout_summary key of each held-out column, for the SFT start's row."""
 DELTA_COLUMNS = (("heldout_chrf_delta_ci95", "chrF++ - SFT"),
                  ("heldout_chrf_source_delta_ci95", "from source - SFT"))  # fmt: skip
 """Paired 95% intervals against the SFT policy, one per seed."""
@@ -195,8 +199,8 @@ def heldout_table(records: list[dict], start: dict | None = None) -> list[str]:
     lines = ["| algorithm | removed part | KL | seeds | " + " | ".join(c[1] for c in columns) + " |",
              "|---|---|---|---|" + "---|" * len(columns)]  # fmt: skip
     if start:
-        values = [f"{start[key.removeprefix('heldout_').replace('overall', 'overall_pass')]:.1f}"
-                  for key, _ in HELDOUT_COLUMNS[:-1]]  # fmt: skip
+        values = [f"{start[START_KEYS[key]]:.1f}" for key, _ in HELDOUT_COLUMNS[:-1]]
+        values[-1] += f" ({start['worst_direction']})"
         lines.append("| SFT (the start) |  |  | 1 | " + " | ".join(values) + " | - | - | - |")
     for (algorithm, variant, kl), rows in cells.items():
         values = []
@@ -204,6 +208,9 @@ def heldout_table(records: list[dict], start: dict | None = None) -> list[str]:
             xs = [row[key] for row in rows if row.get(key) is not None]
             if not xs:
                 values.append("-")
+            elif key == "heldout_overall_worst":
+                values.append(", ".join(f"{row[key]:.1f} ({row['heldout_worst_direction']})" for row in rows
+                                        if row.get(key) is not None))  # fmt: skip
             elif len(xs) == 1:
                 values.append(f"{xs[0]:.1f}" if key != "heldout_step" else str(xs[0]))
             elif key == "heldout_step":

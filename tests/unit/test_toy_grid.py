@@ -178,9 +178,11 @@ def test_records_average_the_first_and_last_tenth_and_skip_restarted_steps(tmp_p
 
 
 def _heldout_records(n=4, chrf=20.0):
-    return [{"direction": "en-th", "index": i, "source": f"Word {i} here.", "reference": "ref text",
-             "hypothesis": "Abc def" if i % 2 else f"Xyz {i}", "stop": True, "lang": True, "length": True,
-             "format": True, "mixing": True, "overall": bool(i % 2), "chrf": chrf + i, "response_tokens": 5}
+    """Half en-th (every other sentence passing), half th-en (all passing)."""
+    return [{"direction": "en-th" if i < n // 2 else "th-en", "index": i, "source": f"Word {i} here.",
+             "reference": "ref text", "hypothesis": "Abc def" if i % 2 else f"Xyz {i}", "stop": True, "lang": True,
+             "length": True, "format": True, "mixing": True, "overall": bool(i % 2) or i >= n // 2,
+             "chrf": chrf + i, "response_tokens": 5}
             for i in range(n)]  # fmt: skip
 
 
@@ -227,7 +229,8 @@ def test_run_grid_trains_chooses_the_validated_checkpoint_evaluates_it_and_resum
     assert calls == [(runs[1].name, "train.log"), (runs[1].name, "heldout.log")]
     records = grid_records(read_histories(runs, out), read_heldout(runs, out))
     assert records[1]["heldout_chrf"] == pytest.approx(21.5) and records[1]["heldout_step"] == 2
-    assert records[1]["heldout_overall"] == 50.0 and records[1]["heldout_same_opening"] is not None
+    assert records[1]["heldout_overall"] == 75.0 and records[1]["heldout_same_opening"] is not None
+    assert records[1]["heldout_overall_worst"] == 50.0 and records[1]["heldout_worst_direction"] == "en-th"
     assert "heldout_chrf_source" in records[1]
     lo, hi = records[1]["heldout_chrf_delta_ci95"]  # every sentence 10 chrF++ above the SFT's
     assert lo == pytest.approx(10.0) and hi == pytest.approx(10.0)
@@ -499,13 +502,14 @@ def test_heldout_table_and_ablation_figure_on_synthetic_runs(tmp_path):
     records = _ablation_grid()
     for r in records:
         r.update(heldout_chrf_source=r.get("heldout_chrf", 0.0) - 5, heldout_same_opening=30.0,
-                 heldout_overall=90.0, heldout_step=40 * (1 + r["seed"]))  # fmt: skip
+                 heldout_overall=90.0, heldout_overall_worst=60.0 + r["seed"], heldout_worst_direction="en-th",
+                 heldout_step=40 * (1 + r["seed"]))  # fmt: skip
     records[-1]["heldout_chrf"] = None  # one run not evaluated
     table = heldout_table(records)
     assert table[0].startswith("| algorithm | removed part | KL | seeds | chrF++ |")
     row = next(line for line in table if "no_entropy_bonus" in line)
     assert row.startswith("| vepo | no_entropy_bonus | none | 3 | 19.5 (19.0-20.0) | 14.0 (13.0-15.0)")
-    assert "40, 80, 120" in row
+    assert "40, 80, 120" in row and "60.0 (en-th), 61.0 (en-th), 62.0 (en-th)" in row
     full = next(line for line in table if line.startswith("| vepo |  | none |"))
     assert "21.0 (20.0-22.0)" in full
     histories = {"full": [_rows([3.0 - 0.01 * i for i in range(30)]) for _ in range(3)],
