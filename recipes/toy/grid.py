@@ -1,6 +1,6 @@
 """The paper's RL grid at toy scale: 6 algorithms x KL {none, k3} from the toy's SFT checkpoint,
-seeds for the cells the claims compare, DAPO's overlong study, and VEPO with one part removed at a
-time (the ablations), each on every seed.
+seeds for the cells the claims compare, two twins (DAPO with the overlong penalty, REINFORCE++ with a
+per-prompt baseline), and VEPO with one part removed at a time (the ablations), each on every seed.
 
     runs = plan_grid(seeds=[0, 1, 2])
     run_grid(runs, GridSetup.from_toy("runs/toy/seed0"), "reports/toy/grid_runs", steps=200, workers=2)
@@ -8,8 +8,8 @@ time (the ablations), each on every seed.
                            read_heldout(runs, "reports/toy/grid_runs"))     # -> reports/toy/grid.json
 
 Every run is tools/train_vepo.py with recipes/toy/configs/rl.yaml and the same overrides except
-what defines its algorithm (rl.loss.name; DAPO also turns on dynamic sampling, and its overlong
-twin the soft overlong penalty), its KL estimator, and for an ablation the one field that removes
+what defines its algorithm (rl.loss.name; DAPO also turns on dynamic sampling), its KL estimator,
+for a twin the field that makes it (TWINS), and for an ablation the one field that removes
 its part (ABLATIONS). The settings are those under which the paper's mechanisms act: several
 optimizer updates per rollout batch (ratios leave 1, the clips act), K > G candidates with RLVR
 filtering on (it removes some; the recipe's own RL stage trains unfiltered), the recipe's sampling
@@ -61,6 +61,16 @@ ABLATIONS: dict[str, tuple[str, str]] = {
 shaping of the advantage), beta = 0 (no entropy bonus), ratios of the tau-1 policies instead of the
 tempered ones, eps_high = eps_low, the reward std of each prompt's group instead of the rollout
 batch's, the mean of per-response token means instead of the token mean."""
+TWINS: dict[str, tuple[str, str]] = {
+    "overlong": ("dapo", "rl.loss.dapo.overlong_buffer"),
+    "baseline": ("reinforce_pp", "rl.loss.reinforce_pp.baseline"),
+}
+"""A second arm of one algorithm on the first seed at KL none -> (algorithm, the field that makes it):
+DAPO with the soft overlong penalty (the overlong study; its buffer GridSetup.overlong_buffer) and
+REINFORCE++ with each prompt's mean reward as its baseline ('group': REINFORCE++-baseline), the arm
+that tells whether REINFORCE++'s losses come from comparing every answer with the whole batch."""
+TWIN_VALUES = {"baseline": "group"}
+"""The value of each twin's field, where the grid's setup does not set it."""
 ABLATION_KL = "none"
 """The KL regime of the ablations (and of the full VEPO runs they are compared with)."""
 
@@ -92,8 +102,8 @@ class GridRun:
     algorithm: str
     kl: str
     seed: int
-    overlong: bool = False
-    """DAPO with the soft overlong penalty (the overlong study's second arm)."""
+    twin: str = ""
+    """The algorithm's second arm this run is (a key of TWINS), or "" for the algorithm itself."""
     variant: str = FULL
     """The VEPO part this run removes (a key of ABLATIONS), or "full"."""
 
@@ -103,15 +113,21 @@ class GridRun:
                 f"grid run variant {self.variant!r} of {self.algorithm!r}: variants are ablations of VEPO, "
                 f"one of {sorted(ABLATIONS)} (or {FULL!r})"
             )
+        if self.twin and TWINS.get(self.twin, ("",))[0] != self.algorithm:
+            raise ValueError(f"grid run twin {self.twin!r} of {self.algorithm!r}: twins are {TWINS}")
 
     @property
     def name(self) -> str:
-        suffix = ("-overlong" if self.overlong else "") + ("" if self.variant == FULL else f"-{self.variant}")
-        return f"{self.algorithm}{suffix}_kl-{self.kl}_s{self.seed}"
+        return f"{self.label}{'' if self.variant == FULL else f'-{self.variant}'}_kl-{self.kl}_s{self.seed}"
+
+    @property
+    def label(self) -> str:
+        """The algorithm, and the twin it is ('dapo-overlong'): grid.json's algorithm field."""
+        return f"{self.algorithm}-{self.twin}" if self.twin else self.algorithm
 
     @property
     def keeps_checkpoint(self) -> bool:
-        return self.algorithm == "vepo" and self.kl == "none" and not self.overlong and self.variant == FULL
+        return self.algorithm == "vepo" and self.kl == "none" and not self.twin and self.variant == FULL
 
 
 @dataclass(frozen=True)
@@ -219,8 +235,9 @@ class GridSetup:
         ]  # fmt: skip
         if run.algorithm == "dapo":
             flags += ["--rl.filtering.dynamic_sampling", "true"]
-        if run.overlong:
-            flags += ["--rl.loss.dapo.overlong_buffer", str(self.overlong_buffer)]
+        if run.twin:
+            value = str(self.overlong_buffer) if run.twin == "overlong" else TWIN_VALUES[run.twin]
+            flags += [f"--{TWINS[run.twin][1]}", value]
         if run.variant != FULL:
             field_name, value = ABLATIONS[run.variant]
             flags += [f"--{field_name}", value]
@@ -258,17 +275,17 @@ def toy_rl_prompts(seed_dir: Path) -> dict[str, str]:
 
 
 def plan_grid(
-    algorithms=ALGORITHMS, kls=KL_REGIMES, seeds=(0, 1, 2), seeded=SEEDED, overlong: bool = True,
+    algorithms=ALGORITHMS, kls=KL_REGIMES, seeds=(0, 1, 2), seeded=SEEDED, twins=tuple(TWINS),
     ablations=tuple(ABLATIONS),
 ) -> list[GridRun]:  # fmt: skip
     """Per seed, first seeds first: every algorithm x KL cell on the first seed and the `seeded`
-    algorithms' cells on every seed; after the first seed's cells DAPO with the overlong penalty
-    (with DAPO and KL none in the grid); then that seed's VEPO ablations at ABLATION_KL."""
+    algorithms' cells on every seed; after the first seed's cells its `twins` (each where its
+    algorithm and KL none are in the grid); then that seed's VEPO ablations at ABLATION_KL."""
     runs = []
     for seed in seeds:
         runs += [GridRun(a, kl, seed) for a in algorithms for kl in kls if seed == seeds[0] or a in seeded]
-        if seed == seeds[0] and overlong and "dapo" in algorithms and "none" in kls:
-            runs.append(GridRun("dapo", "none", seed, overlong=True))
+        if seed == seeds[0] and "none" in kls:
+            runs += [GridRun(TWINS[t][0], "none", seed, twin=t) for t in twins if TWINS[t][0] in algorithms]
         runs += [GridRun("vepo", ABLATION_KL, seed, variant=v) for v in ablations]
     return runs
 
@@ -504,7 +521,7 @@ def grid_records(
         entropy = [row["rollout/entropy"] for row in history]
         scores = (heldout or {}).get(run, {})
         records.append({
-            "name": run.name, "algorithm": run.algorithm + ("-overlong" if run.overlong else ""),
+            "name": run.name, "algorithm": run.label,
             "variant": run.variant, "kl": run.kl, "seed": run.seed, "steps": history[-1]["step"],
             "entropy_first": _window(history, "rollout/entropy", False),
             "entropy_last": _window(history, "rollout/entropy", True), "entropy_min": min(entropy),

@@ -75,14 +75,14 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
     (report / "grid.json").write_text(json.dumps(records, indent=1) + "\n")
     cells: dict[tuple[str, str], list[list[dict]]] = {}
     for run, rows in histories.items():
-        if not run.overlong and run.variant == FULL:
+        if not run.twin and run.variant == FULL:
             cells.setdefault((run.algorithm, run.kl), []).append(rows)
     plot_grid_metric(
         cells, "rollout/entropy", "token entropy of the samples (nats)", report / "grid_entropy.png"
     )
     plot_grid_metric(cells, "rollout/len_mean", "response length (tokens)", report / "grid_length.png")
     seed0 = min((run.seed for run in histories), default=0)
-    pair = [histories.get(GridRun("dapo", "none", seed0, overlong=o)) for o in (False, True)]
+    pair = [histories.get(GridRun("dapo", "none", seed0, twin=t)) for t in ("", "overlong")]
     overlong = tuple(pair) if all(pair) else None
     if overlong:
         vepo = histories.get(GridRun("vepo", "none", seed0))
@@ -94,7 +94,7 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
         plot_overlong(arms, report / "grid_overlong.png")
     ablations: dict[str, list[list[dict]]] = {}
     for run, rows in histories.items():
-        if run.algorithm == "vepo" and run.kl == ABLATION_KL and not run.overlong:
+        if run.algorithm == "vepo" and run.kl == ABLATION_KL and not run.twin:
             ablations.setdefault(run.variant, []).append(rows)
     if len(ablations) > 1:
         chrf: dict[str, list[float]] = {}

@@ -29,11 +29,11 @@ from vepo_mcore.rl.trainer import check_batch_shape, rl_job_config
 from vepo_mcore.training.logging import read_metrics
 
 
-def test_plan_grid_seeds_the_compared_cells_and_adds_the_overlong_arm_and_the_ablations():
+def test_plan_grid_seeds_the_compared_cells_and_adds_the_twins_and_the_ablations():
     runs = plan_grid(seeds=(0, 1, 2))
     names = [r.name for r in runs]
     assert len(names) == len(set(names))
-    first = [r for r in runs if r.seed == 0 and not r.overlong and r.variant == "full"]
+    first = [r for r in runs if r.seed == 0 and not r.twin and r.variant == "full"]
     assert len(first) == 12  # 6 algorithms x KL {none, k3}
     for seed in (1, 2):
         assert {(r.algorithm, r.kl) for r in runs if r.seed == seed and r.variant == "full"} == {
@@ -43,14 +43,21 @@ def test_plan_grid_seeds_the_compared_cells_and_adds_the_overlong_arm_and_the_ab
         ablations = [r for r in runs if r.seed == seed and r.variant != "full"]
         assert {r.variant for r in ablations} == set(ABLATIONS)
         assert {(r.algorithm, r.kl) for r in ablations} == {("vepo", "none")}
-    assert [r for r in runs if r.overlong] == [GridRun("dapo", "none", 0, overlong=True)]
-    assert len(runs) == 12 + 1 + 6 + 2 * (4 + 6)
-    assert runs.index(GridRun("dapo", "none", 0, overlong=True)) < runs.index(GridRun("vepo", "none", 1))
+    assert [r for r in runs if r.twin] == [GridRun("dapo", "none", 0, twin="overlong"),
+                                           GridRun("reinforce_pp", "none", 0, twin="baseline")]  # fmt: skip
+    assert len(runs) == 12 + 2 + 6 + 2 * (4 + 6)
+    assert runs.index(GridRun("dapo", "none", 0, twin="overlong")) < runs.index(GridRun("vepo", "none", 1))
     assert max(runs.index(r) for r in runs if r.seed == 0) < min(runs.index(r) for r in runs if r.seed == 1)
     assert plan_grid(("vepo",), ("k3",), (0,), ablations=()) == [GridRun("vepo", "k3", 0)]
     assert GridRun("vepo", "none", 0, variant="seq_mean").name == "vepo-seq_mean_kl-none_s0"
     with pytest.raises(ValueError, match="variants are ablations of VEPO"):
         GridRun("grpo", "none", 0, variant="seq_mean")
+    assert GridRun("reinforce_pp", "none", 0, twin="baseline").name == "reinforce_pp-baseline_kl-none_s0"
+    assert (
+        GridRun("dapo", "none", 0, twin="overlong").name == "dapo-overlong_kl-none_s0"
+    )  # committed runs' names
+    with pytest.raises(ValueError, match="twin 'baseline' of 'grpo'"):
+        GridRun("grpo", "none", 0, twin="baseline")
     with pytest.raises(ValueError, match="no_entropy_bonus"):
         GridRun("vepo", "none", 0, variant="no_clip")
 
@@ -86,8 +93,9 @@ def _setup(tmp_path, **settings):
 
 @pytest.mark.parametrize(
     "run",
-    [GridRun("vepo", "none", 0), GridRun("dapo", "k3", 1), GridRun("dapo", "none", 0, overlong=True),
-     GridRun("ppo", "k2", 2), GridRun("vepo", "none", 1, variant="tau1_ratio")],
+    [GridRun("vepo", "none", 0), GridRun("dapo", "k3", 1), GridRun("dapo", "none", 0, twin="overlong"),
+     GridRun("ppo", "k2", 2), GridRun("vepo", "none", 1, variant="tau1_ratio"),
+     GridRun("reinforce_pp", "none", 0, twin="baseline")],
 )  # fmt: skip
 def test_every_run_is_a_valid_rl_config(run, tmp_path):
     setup = _setup(tmp_path)
@@ -105,7 +113,8 @@ def test_every_run_is_a_valid_rl_config(run, tmp_path):
     assert (cfg.rl.filtering.num_candidates, cfg.rl.filtering.group_size) == (8, 4)
     assert cfg.rl.filtering.enabled  # the toy recipe's RL stage trains unfiltered; the grid filters
     assert cfg.rl.filtering.dynamic_sampling == (run.algorithm == "dapo")
-    assert cfg.rl.loss.options_of("dapo").overlong_buffer == (16 if run.overlong else 0)
+    assert cfg.rl.loss.options_of("dapo").overlong_buffer == (16 if run.twin == "overlong" else 0)
+    assert cfg.rl.loss.options_of("reinforce_pp").baseline == ("group" if run.twin == "baseline" else "none")
     assert cfg.rl.loss.ratio_mode == ("untempered" if run.variant == "tau1_ratio" else "tempered")
     assert cfg.training.logging.metrics_jsonl == str(tmp_path / run.name / "metrics.jsonl")
     assert cfg.training.checkpoint.save == str(tmp_path / run.name / "checkpoint")
