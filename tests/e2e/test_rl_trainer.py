@@ -67,6 +67,13 @@ def test_rl_runs_logs_checkpoints_and_resumes_exactly(tmp_path):
         assert all(math.isfinite(r[key]) for r in straight), key
     # The engine samples with the policy being trained: its log-probs match the recomputation.
     assert straight[0]["rollout/logprob_mismatch"] < 1e-4
+    for row in straight:  # a mean per direction the step's batch holds
+        sampled = {key.split("/")[1] for key in row if key.startswith("rollout/") and key.endswith("/reward")}
+        assert sampled and sampled <= {"en-th", "zh-en"}
+        assert all(
+            math.isfinite(row[f"rollout/{d}/reward"]) and math.isfinite(row[f"rl/{d}/adv_mean"])
+            for d in sampled
+        )
     assert (tmp_path / "a" / "rl_curves.png").stat().st_size > 10_000
     assert (tmp_path / "a" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     # 1 step, stop, resume for 1 more == 2 straight steps: same samples, same losses.

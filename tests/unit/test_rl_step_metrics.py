@@ -28,3 +28,18 @@ def test_entropy_length_correlation_over_the_batch_responses():
     assert (
         entropy_length_correlation(torch.ones(3, 4), torch.ones(3, 4, dtype=torch.bool)) == 0.0
     )  # no spread
+
+
+def test_direction_means_average_each_directions_masked_tokens():
+    import torch
+
+    from vepo_mcore.rl.trainer import direction_means
+
+    samples = [
+        Sample(src_lang=s, tgt_lang=t) for s, t in [("en", "th"), ("th", "en"), ("en", "th"), ("th", "en")]
+    ]
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    adv = torch.tensor([[-1.0, -3.0, 9.0], [2.0, 9.0, 9.0], [-2.0, 0.0, -4.0], [1.0, 0.0, 9.0]])
+    means = direction_means(samples, adv, mask)  # 9.0 sits on padding and must not count
+    assert means == {"en-th": (-1 - 3 - 2 + 0 - 4) / 5, "th-en": (2 + 1 + 0) / 3}
+    assert direction_means(samples[:1], adv[:1], torch.zeros(1, 3, dtype=torch.bool)) == {}

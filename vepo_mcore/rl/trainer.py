@@ -360,7 +360,8 @@ def _mean(values: list[float]) -> float:
 
 
 def _reward_metrics(samples: list[Sample]) -> dict[str, float]:
-    """Means of every reward term and constraint pass rate over all K candidates.
+    """Means of every reward term and constraint pass rate over all K candidates, and of the raw
+    total per direction (rollout/<direction>/reward).
 
     reward/total is the raw weighted total; rollout/reward_normalised_mean the mean of the reward the
     loss sees (z-normalised over the batch by default, so about 0 at every step)."""
@@ -370,6 +371,10 @@ def _reward_metrics(samples: list[Sample]) -> dict[str, float]:
     for name in samples[0].passed:
         metrics[f"constraint/{name}"] = _mean([float(s.passed.get(name, False)) for s in samples])
     metrics["constraint/overall"] = _mean([float(s.compliant) for s in samples])
+    for direction in sorted({s.direction for s in samples}):
+        metrics[f"rollout/{direction}/reward"] = _mean(
+            [s.reward_terms.get("total", 0.0) for s in samples if s.direction == direction]
+        )
     return metrics | group_diversity(samples)
 
 
@@ -385,7 +390,8 @@ def group_diversity(samples: list[Sample]) -> dict[str, float]:
 
 
 def _experience_metrics(samples: list[Sample], exp: xp.Experience) -> dict[str, float]:
-    """Response lengths, training-vs-engine log-prob mismatch, advantage stats (kept samples)."""
+    """Response lengths, training-vs-engine log-prob mismatch, advantage stats (kept samples; their
+    mean per direction too)."""
     mask = exp.loss_mask.bool()
     lengths = exp.response_lengths.float()
     metrics = {
@@ -400,10 +406,23 @@ def _experience_metrics(samples: list[Sample], exp: xp.Experience) -> dict[str, 
         "rl/adv_std": exp.advantages[mask].std().item() if mask.sum() > 1 else 0.0,
         "rollout/tokens": float(mask.sum().item() + sum(len(s.prompt_ids) for s in samples)),
     }
+    metrics |= {f"rl/{d}/adv_mean": v for d, v in direction_means(samples, exp.advantages, mask).items()}
     engine_logp = [s.rollout_logprobs for s in samples if s.rollout_logprobs is not None]
     if len(engine_logp) == len(samples):
         metrics["rollout/logprob_mismatch"] = logprob_mismatch(exp.old_logp, mask, engine_logp).item()
     return metrics
+
+
+def direction_means(samples: list[Sample], values: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """direction -> the mean of `values` [B, T] over the `mask`ed tokens of its samples' rows (row i is
+    samples[i]): rl/<direction>/adv_mean shows a direction whose every answer is pushed down."""
+    out = {}
+    for direction in sorted({s.direction for s in samples}):
+        rows = torch.tensor([s.direction == direction for s in samples], device=mask.device)
+        mine = mask.bool() & rows[:, None]
+        if mine.any():
+            out[direction] = values[mine].float().mean().item()
+    return out
 
 
 def rollout_is_weights(
