@@ -121,13 +121,23 @@ def entropy_shaped_advantages(
     return _masked(base.detach() * shaping, mask)
 
 
-def group_means(rewards: torch.Tensor, group_ids: torch.Tensor | None) -> torch.Tensor:
-    """[B] -> [B]: the mean reward of each response's group (of the whole batch without group ids)."""
-    r = rewards.detach().to(torch.float32)
+def sequence_totals(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B] sequence rewards as they are; [B, T] per-token rewards -> [B], each response's sum over its tokens."""
+    return rewards if rewards.dim() == 1 else _masked(rewards, mask).sum(1)
+
+
+def _group_totals(r: torch.Tensor, group_ids: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B] -> ([B], [B]): the sum of `r` over each response's group and the group's size."""
     idx, n_groups = _group_index(group_ids, r.shape[0], r.device)
     g_sum = torch.zeros(n_groups, device=r.device).index_add_(0, idx, r)
     g_cnt = torch.zeros(n_groups, device=r.device).index_add_(0, idx, torch.ones_like(r))
-    return (g_sum / g_cnt.clamp_min(1))[idx]
+    return g_sum[idx], g_cnt[idx]
+
+
+def group_means(rewards: torch.Tensor, group_ids: torch.Tensor | None) -> torch.Tensor:
+    """[B] -> [B]: the mean reward of each response's group (of the whole batch without group ids)."""
+    total, count = _group_totals(rewards.detach().to(torch.float32), group_ids)
+    return total / count.clamp_min(1)
 
 
 def rloo_advantages(
@@ -138,11 +148,9 @@ def rloo_advantages(
     A group of one has no baseline and gets advantage 0.
     """
     r = rewards.detach().to(torch.float32)
-    idx, n_groups = _group_index(group_ids, r.shape[0], r.device)
-    g_sum = torch.zeros(n_groups, device=r.device).index_add_(0, idx, r)
-    g_cnt = torch.zeros(n_groups, device=r.device).index_add_(0, idx, torch.ones_like(r))
-    others = g_cnt[idx] - 1
-    adv = torch.where(others > 0, r - (g_sum[idx] - r) / others.clamp_min(1), torch.zeros_like(r))
+    total, count = _group_totals(r, group_ids)
+    others = count - 1
+    adv = torch.where(others > 0, r - (total - r) / others.clamp_min(1), torch.zeros_like(r))
     return broadcast_to_tokens(adv, mask)
 
 

@@ -25,7 +25,13 @@ from typing import Literal
 import torch
 
 from vepo_mcore.config.rl import KLConfig, LossConfig
-from vepo_mcore.rl.advantages import discounted_returns, group_means, last_token_rewards, whiten
+from vepo_mcore.rl.advantages import (
+    discounted_returns,
+    group_means,
+    last_token_rewards,
+    sequence_totals,
+    whiten,
+)
 from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.losses.common import ensure_rewards, policy_loss, token_rewards
 from vepo_mcore.rl.losses.registry import register_loss
@@ -53,8 +59,7 @@ def reinforce_pp_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None
     opts: ReinforcePPOptions = cfg.options_of("reinforce_pp")
     rewards = token_rewards(batch, kl, "reinforce_pp")
     if opts.baseline == "group":
-        seq = ensure_rewards(batch, "reinforce_pp").detach().to(torch.float32)
-        seq = seq if seq.dim() == 1 else torch.where(batch.mask.bool(), seq, torch.zeros_like(seq)).sum(1)
+        seq = sequence_totals(ensure_rewards(batch, "reinforce_pp").detach().to(torch.float32), batch.mask)
         rewards = rewards - last_token_rewards(group_means(seq, batch.group_ids), batch.mask)
     returns = discounted_returns(rewards, batch.mask, opts.gamma)
     group = batch.std_group if opts.std_scope == "global" else None

@@ -13,15 +13,14 @@ import torch
 
 from vepo_mcore.config.rl import KLConfig, LossConfig
 from vepo_mcore.rl.advantages import rloo_advantages as leave_one_out
+from vepo_mcore.rl.advantages import sequence_totals
 from vepo_mcore.rl.batch import RLBatch
 from vepo_mcore.rl.losses.common import policy_loss, rewards_with_kl
 from vepo_mcore.rl.losses.registry import register_loss
 
 
 def rloo_advantages(batch: RLBatch, cfg: LossConfig, kl: KLConfig | None = None) -> torch.Tensor:
-    rewards = rewards_with_kl(batch, kl, "reward", "rloo")
-    if rewards.dim() == 2:
-        rewards = torch.where(batch.mask.bool(), rewards, torch.zeros_like(rewards)).sum(1)
+    rewards = sequence_totals(rewards_with_kl(batch, kl, "reward", "rloo"), batch.mask)
     return leave_one_out(rewards, batch.mask, batch.group_ids)
 
 
