@@ -304,6 +304,31 @@ MEASURES = {
 ablated - full excludes 0 (quality and diversity are reported beside the claims)."""
 
 
+BAND_RULE = (
+    f"whatever GRPO does: removing the part takes the entropy out of VEPO's band {list(BAND)} when full "
+    f"VEPO's mean ratio is inside it, the ablated mean ratio is outside it and the paired 95% interval of "
+    f"ablated - full over seeds excludes 0 on that side; it stays in the band when the ablated mean ratio "
+    f"is inside it"
+)
+"""The second question each entropy-tied ablation answers: does the part keep the entropy from blowing
+up as well as from collapsing (the paper's "stable entropy")? Read even where the collapse verdict is
+untested."""
+
+
+def _band_finding(full: list[float], ablated: list[float]) -> str:
+    """ "leaves the band upward" / "leaves the band downward" / "stays in the band" / "inconclusive"
+    for paired entropy ratios (full VEPO, ablated) over seeds."""
+    lo, hi = paired_mean_diff_ci(full, ablated)  # ablated - full
+    full_mean, ablated_mean = _mean(full), _mean(ablated)
+    if BAND[0] <= ablated_mean <= BAND[1]:
+        return "stays in the band"
+    if BAND[0] <= full_mean <= BAND[1] and ablated_mean > BAND[1] and lo > 0:
+        return "leaves the band upward"
+    if BAND[0] <= full_mean <= BAND[1] and ablated_mean < BAND[0] and hi < 0:
+        return "leaves the band downward"
+    return INCONCLUSIVE
+
+
 def claim_ablation(records: list[dict], variant: str) -> dict:
     """The verdict on the claim ABLATION_CLAIMS ties `variant`'s part to, with every measure's move."""
     claim = ABLATION_CLAIMS[variant]
@@ -311,7 +336,7 @@ def claim_ablation(records: list[dict], variant: str) -> dict:
         rule = (f"removing the part brings the collapse back: untested when GRPO's mean entropy ratio >= "
                 f"{COLLAPSE} or full VEPO's < {COLLAPSE}; reproduced when the ablated mean ratio < {COLLAPSE} and "
                 f"the paired interval of full - ablated over seeds is above 0; not reproduced when the ablated "
-                f"mean ratio >= {COLLAPSE}")  # fmt: skip
+                f"mean ratio >= {COLLAPSE}; evidence band: {BAND_RULE}")  # fmt: skip
     else:
         rule = (f"removing the part brings the length drift back: untested when GRPO's mean |drift| <= {STABLE} "
                 f"or full VEPO's > {STABLE}; reproduced when the ablated mean |drift| > {STABLE} and the paired "
@@ -329,6 +354,8 @@ def claim_ablation(records: list[dict], variant: str) -> dict:
             if name.startswith("C") and (lo > 0 or hi < 0):
                 moves.append(name)
     evidence["moves"] = moves
+    if claim == "C2":
+        evidence["band"] = _band_finding(full, ablated)
     baseline = [MEASURES[claim][1](r) for r in _select(records, "grpo", ABLATION_KL)]
     evidence["grpo_mean"] = _mean(baseline) if baseline else None
     if claim == "C2":

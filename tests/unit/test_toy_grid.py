@@ -498,6 +498,8 @@ def test_each_ablation_is_judged_on_the_claim_its_part_is_tied_to():
     stable = _ablation_grid(ablated_last=3.0, ablated_len=31.0, variant="seq_mean")
     assert claims.claim_ablation(stable, "seq_mean")["verdict"] == claims.NOT_REPRODUCED
     assert claims.claim_ablation(_grid(), "seq_mean")["verdict"] == claims.INCONCLUSIVE  # never ran
+    assert collapse["evidence"]["band"] == "leaves the band downward"
+    assert verdict["evidence"].get("band") is None  # a length claim has no entropy band
     every = claims.all_claims(_ablation_grid(), {}, None, None, None)
     assert list(every) == [f"C{i}" for i in range(1, 9)] + ["ablation/no_entropy_bonus"]
     assert all(set(v) >= {"verdict", "rule", "evidence"} for v in every.values())
@@ -619,3 +621,15 @@ def test_the_report_writes_the_new_fields_every_claim_and_the_heldout_table(tmp_
     write_grid_report(runs, out, tmp_path / "partial", setup, study=False, steps=20)
     names = [r["name"] for r in json.loads((tmp_path / "partial" / "grid.json").read_text())]
     assert names == [r.name for r in runs if r != runs[2]]
+
+
+def test_an_entropy_ablation_that_blows_the_entropy_up_leaves_the_band_even_where_collapse_is_untested():
+    def band(**grid):
+        verdict = claims.claim_ablation(_ablation_grid(variant="tau1_ratio", **grid), "tau1_ratio")
+        return verdict["verdict"], verdict["evidence"]["band"]
+
+    upward = "leaves the band upward"
+    assert band(ablated_last=6.0) == (claims.NOT_REPRODUCED, upward)  # ratios ~2.0 vs full 1.0
+    assert band(grpo_last=2.9, ablated_last=6.0) == (claims.UNTESTED, upward)  # GRPO does not collapse
+    assert band(ablated_last=4.0)[1] == "stays in the band"  # ratio ~1.35
+    assert band(full_last=5.0, ablated_last=6.0)[1] == claims.INCONCLUSIVE  # full VEPO is outside the band
