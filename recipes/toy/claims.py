@@ -302,6 +302,9 @@ MEASURES = {
 }
 """What each claim reads from a run; an ablation moves a claim when the paired 95% interval of
 ablated - full excludes 0 (quality and diversity are reported beside the claims)."""
+ABLATION_SEEDS = 3
+"""Seeds an ablation's paired interval needs before it is read (the grid's plan): over fewer, its
+moves are not listed, its band finding and any verdict but untested are inconclusive."""
 
 
 BAND_RULE = (
@@ -341,6 +344,7 @@ def claim_ablation(records: list[dict], variant: str) -> dict:
         rule = (f"removing the part brings the length drift back: untested when GRPO's mean |drift| <= {STABLE} "
                 f"or full VEPO's > {STABLE}; reproduced when the ablated mean |drift| > {STABLE} and the paired "
                 f"interval of ablated - full over seeds is above 0; not reproduced when it is <= {STABLE}")  # fmt: skip
+    rule += f"; an interval over fewer than {ABLATION_SEEDS} seeds is not read (inconclusive)"
     full, ablated = _paired(records, variant, MEASURES[claim][1])
     if not full:
         return _verdict(INCONCLUSIVE, rule, claim=claim, missing=f"VEPO full and {variant} on a common seed")
@@ -351,11 +355,11 @@ def claim_ablation(records: list[dict], variant: str) -> dict:
             lo, hi = paired_mean_diff_ci(a, b)
             evidence[f"{label}_full"], evidence[f"{label}_ablated"] = _mean(a), _mean(b)
             evidence[f"{label}_diff_ci95"] = [lo, hi]
-            if name.startswith("C") and (lo > 0 or hi < 0):
+            if name.startswith("C") and len(a) >= ABLATION_SEEDS and (lo > 0 or hi < 0):
                 moves.append(name)
     evidence["moves"] = moves
     if claim == "C2":
-        evidence["band"] = _band_finding(full, ablated)
+        evidence["band"] = _band_finding(full, ablated) if len(full) >= ABLATION_SEEDS else INCONCLUSIVE
     baseline = [MEASURES[claim][1](r) for r in _select(records, "grpo", ABLATION_KL)]
     evidence["grpo_mean"] = _mean(baseline) if baseline else None
     if claim == "C2":
@@ -374,6 +378,8 @@ def claim_ablation(records: list[dict], variant: str) -> dict:
             verdict = REPRODUCED
         else:
             verdict = NOT_REPRODUCED if _mean(ablated) <= STABLE else INCONCLUSIVE
+    if verdict != UNTESTED and len(full) < ABLATION_SEEDS:
+        verdict = INCONCLUSIVE
     return _verdict(verdict, rule, **evidence)
 
 

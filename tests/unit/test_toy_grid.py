@@ -633,3 +633,15 @@ def test_an_entropy_ablation_that_blows_the_entropy_up_leaves_the_band_even_wher
     assert band(grpo_last=2.9, ablated_last=6.0) == (claims.UNTESTED, upward)  # GRPO does not collapse
     assert band(ablated_last=4.0)[1] == "stays in the band"  # ratio ~1.35
     assert band(full_last=5.0, ablated_last=6.0)[1] == claims.INCONCLUSIVE  # full VEPO is outside the band
+
+
+def test_an_ablation_over_fewer_than_three_seeds_is_not_read():
+    two = [r for r in _ablation_grid(ablated_last=6.0, variant="tau1_ratio") if r["seed"] < 2]
+    verdict = claims.claim_ablation(two, "tau1_ratio")
+    assert verdict["evidence"]["seeds"] == 2 and verdict["evidence"]["entropy_ratio_diff_ci95"][0] > 0
+    assert verdict["verdict"] == claims.INCONCLUSIVE and verdict["evidence"]["band"] == claims.INCONCLUSIVE
+    assert verdict["evidence"]["moves"] == []
+    untested = [r for r in _ablation_grid(grpo_last=2.9, variant="tau1_ratio") if r["seed"] < 2]
+    assert (
+        claims.claim_ablation(untested, "tau1_ratio")["verdict"] == claims.UNTESTED
+    )  # GRPO does not collapse
