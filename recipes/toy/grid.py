@@ -39,7 +39,7 @@ from functools import cache
 from pathlib import Path
 from statistics import fmean
 
-from recipes.toy.recipe import CONFIGS, SELECTION, TOOLS, run_logged, torchrun
+from recipes.toy.recipe import CONFIGS, TOOLS, run_logged, select_checkpoint, torchrun
 from vepo_mcore.config.rl import LossConfig
 from vepo_mcore.training.logging import read_metrics
 
@@ -303,29 +303,6 @@ def is_complete(out: Path, run: GridRun, steps: int, heldout: bool = False) -> b
     return done and (not heldout or (out / run.name / "heldout.jsonl").is_file())
 
 
-def select_checkpoint(run_dir: Path) -> Path:
-    """The run's checkpoint with the best validation score (the toy recipe's SELECTION summed over
-    the valid/* row of its step; the earliest of equals), recorded in run_dir/selected.json."""
-    from vepo_mcore.training.checkpointing import iteration_dir
-
-    rows = [row for row in read_metrics(run_dir / "metrics.jsonl")
-            if all(f"valid/{k}" in row for k in SELECTION) and iteration_dir(run_dir / "checkpoint", row["step"]).is_dir()]  # fmt: skip
-    if not rows:
-        raise FileNotFoundError(f"{run_dir}: no checkpoint with a validation row (rl.eval_sentences unset?)")
-
-    def score(row: dict) -> float:
-        return sum(row[f"valid/{k}"] for k in SELECTION)
-
-    best = max(rows, key=lambda r: (score(r), -r["step"]))
-    choice = {
-        "step": best["step"],
-        "score": score(best),
-        "criterion": " + ".join(f"valid/{k}" for k in SELECTION),
-    }
-    (run_dir / "selected.json").write_text(json.dumps(choice, indent=1) + "\n")
-    return iteration_dir(run_dir / "checkpoint", best["step"])
-
-
 START = "start.json"
 """A grid folder's record of what its runs share: the SFT checkpoint they started from (path and
 weights' fingerprint) and the settings they ran with (GridSetup.settings)."""
@@ -424,8 +401,10 @@ def run_grid(runs: list[GridRun], setup: GridSetup, out: str | Path, steps: int,
             run_logged([*torchrun("train_vepo.py"), *setup.overrides(run, steps, out)], run_dir / "train.log",
                        threads)  # fmt: skip
         if setup.validates:
-            run_logged(setup.heldout_command(select_checkpoint(run_dir), run_dir / "heldout.jsonl"),
-                       run_dir / "heldout.log", threads)  # fmt: skip
+            chosen = select_checkpoint(checkpoints, run_dir / "metrics.jsonl", run_dir / "selected.json")
+            run_logged(
+                setup.heldout_command(chosen, run_dir / "heldout.jsonl"), run_dir / "heldout.log", threads
+            )
             if not run.keeps_checkpoint:
                 shutil.rmtree(checkpoints)
         done = sum(is_complete(out, r, steps, setup.validates) for r in runs)

@@ -433,18 +433,18 @@ SELECTION = ("overall_pass", "chrf")
 """The validation metrics whose sum picks the RL checkpoint (pass rate in percent + chrF++ 0-100)."""
 
 
-def select_rl_checkpoint(root: Path) -> Path:
-    """The RL checkpoint of root (a seed directory) with the best validation score (SELECTION summed
-    over the valid/* row of its step; the earliest of equals), recorded in root/rl_selected.json."""
+def select_checkpoint(checkpoints: Path, metrics: Path, record: Path) -> Path:
+    """The checkpoint under `checkpoints` with the best validation score in `metrics` (SELECTION
+    summed over the valid/* row of its step; the earliest of equals), recorded in `record`."""
     from vepo_mcore.training.logging import read_metrics
 
     rows = [
-        row for row in read_metrics(root / "rl" / "metrics.jsonl")
-        if all(f"valid/{k}" in row for k in SELECTION) and iteration_dir(root / "rl", row["step"]).is_dir()
+        row for row in read_metrics(metrics)
+        if all(f"valid/{k}" in row for k in SELECTION) and iteration_dir(checkpoints, row["step"]).is_dir()
     ]  # fmt: skip
     if not rows:
         raise FileNotFoundError(
-            f"{root / 'rl'}: no checkpoint with a validation row (run RL with rl_validation)"
+            f"{checkpoints}: no checkpoint with a validation row in {metrics} (rl.eval_sentences unset?)"
         )
 
     def score(row: dict) -> float:
@@ -454,8 +454,13 @@ def select_rl_checkpoint(root: Path) -> Path:
     choice = {"step": best["step"], "score": score(best),
               "criterion": " + ".join(f"valid/{k}" for k in SELECTION),
               "valid": {r["step"]: {k[6:]: v for k, v in r.items() if k.startswith("valid/")} for r in rows}}  # fmt: skip
-    (root / "rl_selected.json").write_text(json.dumps(choice, indent=1) + "\n")
-    return iteration_dir(root / "rl", best["step"])
+    record.write_text(json.dumps(choice, indent=1) + "\n")
+    return iteration_dir(checkpoints, best["step"])
+
+
+def select_rl_checkpoint(root: Path) -> Path:
+    """The RL checkpoint of root (a seed directory) validation chose, recorded in root/rl_selected.json."""
+    return select_checkpoint(root / "rl", root / "rl" / "metrics.jsonl", root / "rl_selected.json")
 
 
 def _sft_and_rl_split(plan: ToyPlan, all_dev: Path) -> tuple[Path, str]:
