@@ -105,12 +105,13 @@ def plot_overlong(arms: dict[str, list[dict]], path: str | Path) -> Path:
 ABLATION_COLORS = ("#7f7f7f", "#17becf", "#bcbd22", "#e377c2", "#9467bd", "#2ca02c", "#1f77b4")
 
 
-def plot_ablations(histories: dict[str, list[list[dict]]], heldout: dict[str, list[float]],
+def plot_ablations(histories: dict[str, list[list[dict]]], heldout: dict[str, dict[int, float]],
                    path: str | Path) -> Path:  # fmt: skip
     """VEPO and VEPO with one part removed. histories: variant ("full" first) -> its seeds' per-step
-    rows; heldout: variant -> its seeds' devtest chrF++ at the validation-chosen checkpoint.
+    rows; heldout: variant -> {seed: devtest chrF++ at the validation-chosen checkpoint}.
     Panels: sampled entropy, within-group chrF++ of the candidates (higher = more alike) per step
-    (seed mean, seed band), and the held-out chrF++ per variant (bar = seed mean, dots = seeds)."""
+    (seed mean, seed band), and each ablation's held-out chrF++ minus full VEPO's on the same seed
+    (bar = mean over the seeds both ran, dots = seeds)."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(16, 3.8), squeeze=False)
     variants = list(dict.fromkeys([*histories, *heldout]))
@@ -125,15 +126,17 @@ def plot_ablations(histories: dict[str, list[list[dict]]], heldout: dict[str, li
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    ax = axes[0][2]
-    names = [v for v in variants if heldout.get(v)]
+    ax, full = axes[0][2], heldout.get("full", {})
+    diffs = {v: [scores[s] - full[s] for s in sorted(scores.keys() & full.keys())]
+             for v, scores in heldout.items() if v != "full"}  # fmt: skip
+    names = [v for v in variants if diffs.get(v)]
     for i, variant in enumerate(names):
-        scores = heldout[variant]
-        ax.bar(i, sum(scores) / len(scores), color=colors[variant], alpha=0.6)
-        ax.scatter([i] * len(scores), scores, color="black", s=10, zorder=3)
-    ax.set_xticks(range(len(names)), ["VEPO" if v == "full" else f"- {v}" for v in names], rotation=30,
-                  ha="right", fontsize=7)  # fmt: skip
-    ax.set_title("held-out chrF++ (devtest, validation-chosen step)")
+        ax.bar(i, sum(diffs[variant]) / len(diffs[variant]), color=colors[variant], alpha=0.6)
+        ax.scatter([i] * len(diffs[variant]), diffs[variant], color="black", s=10, zorder=3)
+    ax.axhline(0.0, color=COLORS["vepo"], lw=1)
+    ax.set_xticks(range(len(names)), [f"- {v}" for v in names], rotation=30, ha="right", fontsize=7)
+    mean_full = f"{sum(full.values()) / len(full):.1f}" if full else "n/a"
+    ax.set_title(f"devtest chrF++ minus full VEPO's ({mean_full}), same seed", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     return _save(fig, path)
 

@@ -97,10 +97,10 @@ def write_grid_report(runs: list[GridRun], out: str | Path, report_dir: str | Pa
         if run.algorithm == "vepo" and run.kl == ABLATION_KL and not run.twin:
             ablations.setdefault(run.variant, []).append(rows)
     if len(ablations) > 1:
-        chrf: dict[str, list[float]] = {}
+        chrf: dict[str, dict[int, float]] = {}
         for r in records:
             if r["algorithm"] == "vepo" and r["kl"] == ABLATION_KL and r["heldout_chrf"] is not None:
-                chrf.setdefault(r["variant"], []).append(r["heldout_chrf"])
+                chrf.setdefault(r["variant"], {})[r["seed"]] = r["heldout_chrf"]
         order = [FULL, *sorted(v for v in ablations if v != FULL)]
         plot_ablations(
             {v: ablations[v] for v in order if v in ablations}, chrf, report / "grid_ablations.png"

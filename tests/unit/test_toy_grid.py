@@ -529,7 +529,9 @@ def test_heldout_table_and_ablation_figure_on_synthetic_runs(tmp_path):
         for rows in seeds:
             for i, row in enumerate(rows):
                 row["rollout/group_chrf"] = 50.0 + i
-    path = plot_ablations(histories, {"full": [21.0, 22.0], "no_entropy_bonus": [19.0]}, tmp_path / "a.png")
+    path = plot_ablations(
+        histories, {"full": {0: 21.0, 1: 22.0}, "no_entropy_bonus": {0: 19.0}}, tmp_path / "a.png"
+    )
     assert path.stat().st_size > 10_000
 
 
