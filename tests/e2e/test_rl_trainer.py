@@ -94,6 +94,29 @@ def test_rl_runs_logs_checkpoints_and_resumes_exactly(tmp_path):
     assert sparse_kl[1]["train/loss"] == straight[1]["train/loss"]
 
 
+def _reference_precision(rank, world, cfg, out):
+    from vepo_mcore.rl.trainer import RLTrainer
+
+    trainer = RLTrainer(cfg)
+    dtypes = {str(p.dtype) for p in trainer.reference.parameters()}
+    metrics, _ = trainer.step()
+    Path(out).write_text(
+        json.dumps({"dtypes": sorted(dtypes), "k1": metrics["rl/kl_k1"], "k3": metrics["rl/kl_k3"]})
+    )
+
+
+def test_the_reference_runs_in_the_policys_precision_and_starts_at_kl_zero(tmp_path):
+    """Under bf16 every reference parameter is bf16 (as the policy's, norms included), and before
+    the first update the reference and the policy give the same log-probs: KL exactly 0."""
+    out = tmp_path / "ref.json"
+    run_processes(
+        _reference_precision, 1, args=(_cfg(tmp_path / "bf16", 1, "--training.bf16", "true"), str(out))
+    )
+    ref = json.loads(out.read_text())
+    assert ref["dtypes"] == ["torch.bfloat16"]
+    assert ref["k1"] == 0.0 and ref["k3"] == 0.0
+
+
 @pytest.mark.parametrize("loss", ["grpo", "ppo", "dapo"])
 def test_other_losses_run_through_the_trainer(tmp_path, loss):
     (hist,) = _run([_cfg(tmp_path / loss, 1, "--rl.loss.name", loss, "--rl.kl.estimator", "k3")], tmp_path)

@@ -51,7 +51,7 @@ from vepo_mcore.tokenizer import load_tokenizer
 from vepo_mcore.training.checkpointing import load_checkpoint, save_checkpoint
 from vepo_mcore.training.curves import PANELS, VALIDATION_PANELS, plot_curves
 from vepo_mcore.training.logging import rl_flops_per_token
-from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, unwrap, wrap_model
+from vepo_mcore.training.optimizer import build_optimizer, build_scheduler, half_precision, unwrap, wrap_model
 from vepo_mcore.training.runner import check_vocab, run_training
 from vepo_mcore.training.trainer import train_step
 from vepo_mcore.translation.sample import Sample
@@ -85,8 +85,9 @@ class RLTrainer:
                 raise FileNotFoundError(f"training.checkpoint.load={ckpt.load} holds no checkpoint")
             self.optimizer.reload_model_params()
         # The frozen reference is the initial policy (KL k1/k2/k3 are measured every kl.measure_interval steps).
-        self.reference = build_model(cfg).eval().requires_grad_(False)
-        self.reference.load_state_dict(unwrap(self.model).state_dict())
+        reference = build_model(cfg)
+        reference.load_state_dict(unwrap(self.model).state_dict())
+        self.reference = half_precision(reference).eval().requires_grad_(False)  # the policy's precision
         self.critic = self.critic_optimizer = self.critic_scheduler = None
         if get_loss(cfg.rl.loss.name).needs_critic:
             self.critic = wrap_model(build_value_model(cfg), cfg)

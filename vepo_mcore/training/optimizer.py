@@ -35,16 +35,12 @@ def wrap_model(model: torch.nn.Module, cfg: JobConfig):
         DistributedDataParallelConfig,
         finalize_model_grads,
     )
-    from megatron.core.transformer.module import Float16Module
 
     config = model.config
     dp_size = parallel_state.get_data_parallel_world_size(with_context_parallel=True)
     fusions = gpu_fusions(cfg, **machine(), dp_size=dp_size)
     log_fusions_off(fusions, "overlap_grad_reduce")
-    if config.bf16 or config.fp16:
-        # Megatron-LM's mixed-precision wrapper: every parameter in half precision (the local
-        # spec's norms would stay fp32 otherwise), fp32 loss out of the last stage.
-        model = Float16Module(config, model)
+    model = half_precision(model)
     config.calculate_per_token_loss = True
     config.finalize_model_grads_func = finalize_model_grads
     ddp_config = DistributedDataParallelConfig(
@@ -57,6 +53,16 @@ def wrap_model(model: torch.nn.Module, cfg: JobConfig):
     wrapped = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
     config.no_sync_func = wrapped.no_sync
     return wrapped
+
+
+def half_precision(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` in Megatron-LM's mixed-precision wrapper under bf16/fp16 (every parameter in half
+    precision, where the local spec's norms would stay fp32; fp32 out of the last stage), else as is."""
+    from megatron.core.transformer.module import Float16Module
+
+    if model.config.bf16 or model.config.fp16:
+        return Float16Module(model.config, model)
+    return model
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
