@@ -10,7 +10,9 @@ each verdict was fixed before the grid ran; the evidence holds the numbers it re
   length drift   length_last / length_first - 1; compared as |drift| for every algorithm
   roughness      std of a series' step-to-step changes / mean of its absolute values (oscillation)
 Algorithm claims read the full runs (variant "full"); each VEPO ablation gets a verdict on the claim
-the paper ties its part to (ABLATION_CLAIMS) and the paired moves of every claim's measure.
+the paper ties its part to (ABLATION_CLAIMS) and the paired moves of every claim's measure; an
+entropy-tied one also says whether the entropy leaves VEPO's band (BAND_RULE). An ablation is read
+at ABLATION_SEEDS seeds.
 """
 
 from __future__ import annotations
@@ -319,8 +321,8 @@ untested."""
 
 
 def _band_finding(full: list[float], ablated: list[float]) -> str:
-    """ "leaves the band upward" / "leaves the band downward" / "stays in the band" / "inconclusive"
-    for paired entropy ratios (full VEPO, ablated) over seeds."""
+    """BAND_RULE on paired entropy ratios (full VEPO, ablated) over seeds: one of "leaves the band
+    upward", "leaves the band downward", "stays in the band", "inconclusive"."""
     lo, hi = paired_mean_diff_ci(full, ablated)  # ablated - full
     full_mean, ablated_mean = _mean(full), _mean(ablated)
     if BAND[0] <= ablated_mean <= BAND[1]:
