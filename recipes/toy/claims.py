@@ -320,11 +320,11 @@ up as well as from collapsing (the paper's "stable entropy")? Read even where th
 untested."""
 
 
-def _band_finding(full: list[float], ablated: list[float]) -> str:
-    """BAND_RULE on paired entropy ratios (full VEPO, ablated) over seeds: one of "leaves the band
-    upward", "leaves the band downward", "stays in the band", "inconclusive"."""
-    lo, hi = paired_mean_diff_ci(full, ablated)  # ablated - full
-    full_mean, ablated_mean = _mean(full), _mean(ablated)
+def _band_finding(full_mean: float, ablated_mean: float, diff_ci95: list[float]) -> str:
+    """BAND_RULE on the mean entropy ratios of full VEPO and the ablation over their seeds and the
+    paired interval of ablated - full: one of "leaves the band upward", "leaves the band downward",
+    "stays in the band", "inconclusive"."""
+    lo, hi = diff_ci95
     if BAND[0] <= ablated_mean <= BAND[1]:
         return "stays in the band"
     if BAND[0] <= full_mean <= BAND[1] and ablated_mean > BAND[1] and lo > 0:
@@ -360,11 +360,13 @@ def claim_ablation(records: list[dict], variant: str) -> dict:
             if name.startswith("C") and len(a) >= ABLATION_SEEDS and (lo > 0 or hi < 0):
                 moves.append(name)
     evidence["moves"] = moves
-    if claim == "C2":
-        evidence["band"] = _band_finding(full, ablated) if len(full) >= ABLATION_SEEDS else INCONCLUSIVE
     baseline = [MEASURES[claim][1](r) for r in _select(records, "grpo", ABLATION_KL)]
     evidence["grpo_mean"] = _mean(baseline) if baseline else None
     if claim == "C2":
+        evidence["band"] = (
+            _band_finding(_mean(full), _mean(ablated), evidence["entropy_ratio_diff_ci95"])
+            if len(full) >= ABLATION_SEEDS else INCONCLUSIVE
+        )  # fmt: skip
         lo, _ = paired_mean_diff_ci(ablated, full)  # full - ablated
         if not baseline or _mean(baseline) >= COLLAPSE or _mean(full) < COLLAPSE:
             verdict = UNTESTED

@@ -644,6 +644,5 @@ def test_an_ablation_over_fewer_than_three_seeds_is_not_read():
     assert verdict["verdict"] == claims.INCONCLUSIVE and verdict["evidence"]["band"] == claims.INCONCLUSIVE
     assert verdict["evidence"]["moves"] == []
     untested = [r for r in _ablation_grid(grpo_last=2.9, variant="tau1_ratio") if r["seed"] < 2]
-    assert (
-        claims.claim_ablation(untested, "tau1_ratio")["verdict"] == claims.UNTESTED
-    )  # GRPO does not collapse
+    verdict = claims.claim_ablation(untested, "tau1_ratio")["verdict"]
+    assert verdict == claims.UNTESTED  # GRPO does not collapse
