@@ -1,6 +1,6 @@
 """The paper's RL experiments at toy scale from the toy's SFT checkpoint (recipes/toy/grid.py): 6
 algorithms x KL {none, k3}, VEPO and GRPO on 3 seeds, DAPO with the overlong penalty, REINFORCE++
-with a per-prompt baseline, VEPO with each part removed; each run validated, its best checkpoint
+with a per-prompt baseline, VEPO with each part removed (and without its batch std with k3, the KL arm); each run validated, its best checkpoint
 scored on FLORES devtest; then the figures, grid.json and a verdict per claim and ablation
 (claims.json, grid.md).
 
