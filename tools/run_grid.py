@@ -1,8 +1,8 @@
 """The paper's RL experiments at toy scale from the toy's SFT checkpoint (recipes/toy/grid.py): 6
 algorithms x KL {none, k3}, VEPO and GRPO on 3 seeds, DAPO with the overlong penalty, REINFORCE++
-with a per-prompt baseline, VEPO with each part removed; each run validated, its best checkpoint
-scored on FLORES devtest; then the figures, grid.json and a verdict per claim and ablation
-(claims.json, grid.md).
+with a per-prompt baseline, VEPO with each part removed (and with the group std and k3, the KL arm);
+each run validated, its best checkpoint scored on FLORES devtest; then the figures, grid.json and a
+verdict per claim and ablation (claims.json, grid.md).
 
     python tools/run_grid.py                  # runs/toy/seed0 -> reports/toy/grid_runs -> reports/toy
     python tools/run_grid.py --steps 4 --seeds 0 --algorithms vepo --kl none --ablations none --out /tmp/g

@@ -12,7 +12,7 @@ each verdict was fixed before the grid ran; the evidence holds the numbers it re
 Algorithm claims read the full runs (variant "full"); each VEPO ablation gets a verdict on the claim
 the paper ties its part to (ABLATION_CLAIMS) and the paired moves of every claim's measure; an
 entropy-tied one also says whether the entropy leaves VEPO's band (BAND_RULE). An ablation is read
-at ABLATION_SEEDS seeds.
+at ABLATION_SEEDS seeds. "kl_arm" asks why VEPO with k3 gains less than GRPO with k3 (KL_ARM_RULE).
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ CORRELATED, UNCORRELATED = 0.3, 0.1
 """C8: a mean within-step Pearson r (response length vs mean token entropy) of at least CORRELATED
 with its interval above 0 reproduces the correlation; an interval below UNCORRELATED does not."""
 ABLATION_KL = "none"
+KL_ARM = ("group_std", "k3")
+"""grid.KL_ARM: the ablation that also runs with k3 in the loss, and its KL."""
 ABLATION_CLAIMS = {
     "no_entropy_shaping": "C2",
     "no_entropy_bonus": "C2",
@@ -387,10 +389,50 @@ def claim_ablation(records: list[dict], variant: str) -> dict:
     return _verdict(verdict, rule, **evidence)
 
 
+KL_ARM_RULE = (
+    "VEPO with k3 gains less devtest chrF++ than GRPO with k3 because its advantages, divided by the rollout "
+    "batch's reward std, are smaller and so weigh the KL term more: untested unless the paired 95% interval of "
+    "GRPO-k3 - VEPO-k3 over seeds is above 0 (a gap); explained when VEPO with the group std and k3 - VEPO-k3 has "
+    "a paired interval above 0 and its mean closes at least half the gap; partly explained when the interval is "
+    "above 0 and it closes less; not explained when the interval holds 0 or lies below it"
+)
+
+
+def claim_kl_arm(records: list[dict], variant: str, kl: str) -> dict:
+    """KL_ARM_RULE on VEPO with `kl`, GRPO with `kl` and VEPO with `variant` removed and `kl`, paired by seed."""
+    rule = f"{KL_ARM_RULE}; an interval over fewer than {ABLATION_SEEDS} seeds is not read (inconclusive)"
+    arms = {name: {r["seed"]: r for r in _select(records, algorithm, kl, v) if r.get("heldout_chrf") is not None}
+            for name, algorithm, v in (("vepo", "vepo", "full"), ("grpo", "grpo", "full"), ("arm", "vepo", variant))}  # fmt: skip
+    seeds = sorted(arms["vepo"].keys() & arms["grpo"].keys() & arms["arm"].keys())
+    if not seeds:
+        missing = f"VEPO, GRPO and VEPO without {variant} at KL {kl} on a common seed"
+        return _verdict(INCONCLUSIVE, rule, missing=missing)
+    evidence: dict = {"variant": variant, "kl": kl, "seeds": len(seeds)}
+    for field in ("heldout_chrf", "kl_k3_last", "adv_std_mean"):
+        for name, runs in arms.items():
+            values = [runs[s].get(field) for s in seeds]
+            evidence[f"{field}_{name}"] = _mean(values) if None not in values else None
+    chrf = {name: [runs[s]["heldout_chrf"] for s in seeds] for name, runs in arms.items()}
+    gap = paired_mean_diff_ci(chrf["vepo"], chrf["grpo"])
+    closed = paired_mean_diff_ci(chrf["vepo"], chrf["arm"])
+    evidence["gap_ci95"], evidence["arm_minus_vepo_ci95"] = list(gap), list(closed)
+    gap_mean = _mean(chrf["grpo"]) - _mean(chrf["vepo"])
+    evidence["gap_closed_share"] = (_mean(chrf["arm"]) - _mean(chrf["vepo"])) / gap_mean if gap_mean else None
+    if len(seeds) < ABLATION_SEEDS:
+        verdict = INCONCLUSIVE
+    elif gap[0] <= 0:
+        verdict = UNTESTED
+    elif closed[0] > 0:
+        verdict = "explained" if evidence["gap_closed_share"] >= 0.5 else "partly explained"
+    else:
+        verdict = "not explained"
+    return _verdict(verdict, rule, **evidence)
+
+
 def all_claims(records: list[dict], histories: dict[str, list[dict]], overlong: tuple[list, list] | None,
                toy_summary: dict | None, study: dict | None) -> dict[str, dict]:  # fmt: skip
     """histories: run name -> per-step rows; overlong: DAPO's rows without and with the penalty.
-    C1-C8, then "ablation/<variant>" for every ablation that ran."""
+    C1-C8, then "ablation/<variant>" for every ablation that ran, then "kl_arm" when its runs did."""
     claims = {
         "C1": claim_c1(toy_summary),
         "C2": claim_c2(records),
@@ -405,4 +447,6 @@ def all_claims(records: list[dict], histories: dict[str, list[dict]], overlong: 
     for variant in ABLATION_CLAIMS:
         if variant in variants:
             claims[f"ablation/{variant}"] = claim_ablation(records, variant)
+    if _select(records, "vepo", KL_ARM[1], KL_ARM[0]):
+        claims["kl_arm"] = claim_kl_arm(records, *KL_ARM)
     return claims

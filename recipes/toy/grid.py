@@ -73,6 +73,11 @@ TWIN_VALUES = {"baseline": "group"}
 """The value of each twin's field, where the grid's setup does not set it."""
 ABLATION_KL = "none"
 """The KL regime of the ablations (and of the full VEPO runs they are compared with)."""
+KL_ARM = ("group_std", "k3")
+"""An ablation that also runs with a KL regime in the loss, on every seed: (variant, KL). VEPO with k3
+gains less devtest chrF++ than GRPO with k3; VEPO divides advantages by the rollout batch's reward std,
+which holds the spread between prompts as well as within them, so its advantages are smaller and the
+KL term weighs more. VEPO with the group std and k3 is the run that tells (claims.claim_kl_arm)."""
 
 
 @cache
@@ -280,13 +285,16 @@ def plan_grid(
 ) -> list[GridRun]:  # fmt: skip
     """Per seed, first seeds first: every algorithm x KL cell on the first seed and the `seeded`
     algorithms' cells on every seed; after the first seed's cells its `twins` (each where its
-    algorithm and KL none are in the grid); then that seed's VEPO ablations at ABLATION_KL."""
+    algorithm and KL none are in the grid); then that seed's VEPO ablations at ABLATION_KL, and the
+    KL_ARM ablation at its KL (where both are planned)."""
     runs = []
     for seed in seeds:
         runs += [GridRun(a, kl, seed) for a in algorithms for kl in kls if seed == seeds[0] or a in seeded]
         if seed == seeds[0] and "none" in kls:
             runs += [GridRun(TWINS[t][0], "none", seed, twin=t) for t in twins if TWINS[t][0] in algorithms]
         runs += [GridRun("vepo", ABLATION_KL, seed, variant=v) for v in ablations]
+        if KL_ARM[0] in ablations and KL_ARM[1] in kls:
+            runs.append(GridRun("vepo", KL_ARM[1], seed, variant=KL_ARM[0]))
     return runs
 
 
@@ -492,7 +500,8 @@ def grid_records(
 ) -> list[dict]:
     """One record per run (reports/toy/grid.json): the first and last values are means over the
     first and last 10% of steps (at least 3), so one noisy step does not decide them; maxima and
-    means are over every step; heldout_* are the devtest scores at the validation-chosen step (None
+    means are over every step (adv_std_mean: the advantages' std, rl/adv_std; kl_k3_last: the k3
+    estimate of KL(policy || reference) at the end); heldout_* are the devtest scores at the validation-chosen step (None
     when the run has none; heldout_overall_worst the overall pass of the worst direction,
     heldout_worst_direction), *_delta_ci95 their paired 95% intervals against the SFT policy."""
     records = []
@@ -515,6 +524,7 @@ def grid_records(
             "group_chrf_first": _window(history, "rollout/group_chrf", False),
             "group_chrf_last": _window(history, "rollout/group_chrf", True),
             "entropy_len_corr_mean": _over_steps(history, "rollout/entropy_len_corr", fmean),
+            "kl_k3_last": _window(history, "rl/kl_k3", True), "adv_std_mean": _over_steps(history, "rl/adv_std", fmean),
             "heldout_chrf": scores.get("chrf"), "heldout_chrf_source": scores.get("chrf_source"),
             "heldout_same_opening": scores.get("same_opening"), "heldout_overall": scores.get("overall_pass"),
             "heldout_overall_worst": scores.get("worst_overall_pass"),

@@ -40,12 +40,17 @@ def test_plan_grid_seeds_the_compared_cells_and_adds_the_twins_and_the_ablations
             (a, kl) for a in ("vepo", "grpo") for kl in ("none", "k3")
         }
     for seed in (0, 1, 2):
-        ablations = [r for r in runs if r.seed == seed and r.variant != "full"]
+        ablations = [r for r in runs if r.seed == seed and r.variant != "full" and r.kl == "none"]
         assert {r.variant for r in ablations} == set(ABLATIONS)
-        assert {(r.algorithm, r.kl) for r in ablations} == {("vepo", "none")}
+        assert {r.algorithm for r in ablations} == {"vepo"}
+        assert [r for r in runs if r.seed == seed and r.kl == "k3" and r.variant != "full"] == [
+            GridRun("vepo", "k3", seed, variant="group_std")
+        ]  # the KL arm
     assert [r for r in runs if r.twin] == [GridRun("dapo", "none", 0, twin="overlong"),
                                            GridRun("reinforce_pp", "none", 0, twin="baseline")]  # fmt: skip
-    assert len(runs) == 12 + 2 + 6 + 2 * (4 + 6)
+    assert len(runs) == 12 + 2 + 6 + 2 * (4 + 6) + 3
+    assert GridRun("vepo", "k3", 0, variant="group_std") not in plan_grid(kls=("none",))
+    assert GridRun("vepo", "k3", 0, variant="group_std") not in plan_grid(ablations=("seq_mean",))
     assert runs.index(GridRun("dapo", "none", 0, twin="overlong")) < runs.index(GridRun("vepo", "none", 1))
     assert max(runs.index(r) for r in runs if r.seed == 0) < min(runs.index(r) for r in runs if r.seed == 1)
     assert plan_grid(("vepo",), ("k3",), (0,), ablations=()) == [GridRun("vepo", "k3", 0)]
@@ -646,3 +651,36 @@ def test_an_ablation_over_fewer_than_three_seeds_is_not_read():
     untested = [r for r in _ablation_grid(grpo_last=2.9, variant="tau1_ratio") if r["seed"] < 2]
     verdict = claims.claim_ablation(untested, "tau1_ratio")["verdict"]
     assert verdict == claims.UNTESTED  # GRPO does not collapse
+
+
+def _kl_arm_grid(arm_chrf=(16.0, 16.2, 16.4), grpo_chrf=(16.1, 16.3, 16.5), vepo_chrf=(15.1, 15.2, 15.2)):
+    records = []
+    for seed in (0, 1, 2):
+        for algorithm, variant, chrf in (("vepo", "full", vepo_chrf), ("grpo", "full", grpo_chrf),
+                                         ("vepo", "group_std", arm_chrf)):  # fmt: skip
+            records.append(_record(algorithm, "k3", seed, variant=variant, heldout_chrf=chrf[seed],
+                                   kl_k3_last=0.2, adv_std_mean=0.3))  # fmt: skip
+        records.append(_record("vepo", "none", seed, heldout_chrf=16.0))  # other KL regimes are not read
+    return records
+
+
+def test_the_kl_arm_says_whether_the_group_std_closes_vepo_k3s_gap_to_grpo_k3():
+    from recipes.toy.grid import KL_ARM
+
+    assert claims.KL_ARM == KL_ARM
+    explained = claims.claim_kl_arm(_kl_arm_grid(), *KL_ARM)
+    assert explained["verdict"] == "explained" and explained["evidence"]["seeds"] == 3
+    assert explained["evidence"]["gap_ci95"][0] > 0 and explained["evidence"]["gap_closed_share"] > 0.9
+    assert explained["evidence"]["heldout_chrf_vepo"] == pytest.approx(15.1667, abs=1e-3)
+    partly = claims.claim_kl_arm(_kl_arm_grid(arm_chrf=(15.3, 15.4, 15.4)), *KL_ARM)
+    assert partly["verdict"] == "partly explained"
+    assert (
+        claims.claim_kl_arm(_kl_arm_grid(arm_chrf=(15.0, 15.4, 15.1)), *KL_ARM)["verdict"] == "not explained"
+    )
+    no_gap = _kl_arm_grid(grpo_chrf=(15.0, 15.4, 15.1))
+    assert claims.claim_kl_arm(no_gap, *KL_ARM)["verdict"] == claims.UNTESTED
+    two = [r for r in _kl_arm_grid() if r["seed"] < 2]
+    assert claims.claim_kl_arm(two, *KL_ARM)["verdict"] == claims.INCONCLUSIVE
+    assert claims.claim_kl_arm([], *KL_ARM)["verdict"] == claims.INCONCLUSIVE
+    assert "kl_arm" in claims.all_claims(_kl_arm_grid(), {}, None, None, None)
+    assert "kl_arm" not in claims.all_claims(_grid(), {}, None, None, None)
