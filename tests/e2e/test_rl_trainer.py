@@ -117,6 +117,35 @@ def test_the_reference_runs_in_the_policys_precision_and_starts_at_kl_zero(tmp_p
     assert ref["k1"] == 0.0 and ref["k3"] == 0.0
 
 
+def _loaded_policy(rank, world, saved, loaded, out):
+    import torch
+
+    from vepo_mcore.rl.trainer import RLTrainer
+    from vepo_mcore.training.optimizer import unwrap
+
+    first = RLTrainer(saved)
+    first.step()
+    first.save()
+    trained = {k: v.detach().clone() for k, v in unwrap(first.model).state_dict().items() if v is not None}
+    second = RLTrainer(loaded)  # policy and reference allocated uninitialised, then loaded
+    state = {k: v for k, v in unwrap(second.model).state_dict().items() if v is not None}
+    ref = {k: v for k, v in unwrap(second.reference).state_dict().items() if v is not None}
+    differ = [k for k, v in trained.items() if hasattr(v, "shape") and not torch.equal(state[k], v)]
+    differ_ref = [k for k, v in trained.items() if hasattr(v, "shape") and not torch.equal(ref[k], v)]
+    Path(out).write_text(json.dumps({"keys": len(trained), "policy": differ, "reference": differ_ref}))
+
+
+def test_rl_from_a_checkpoint_starts_at_its_weights(tmp_path):
+    """A policy built for training.checkpoint.load is not initialised (the load overwrites it), nor is
+    the reference (a copy of the policy): every weight must come from the checkpoint."""
+    saved = _cfg(tmp_path / "first", 1)
+    loaded = _cfg(tmp_path / "second", 1, "--training.checkpoint.load", str(tmp_path / "first"))
+    out = tmp_path / "loaded.json"
+    run_processes(_loaded_policy, 1, args=(saved, loaded, str(out)))
+    result = json.loads(out.read_text())
+    assert result["keys"] > 10 and result["policy"] == [] and result["reference"] == []
+
+
 @pytest.mark.parametrize("loss", ["grpo", "ppo", "dapo"])
 def test_other_losses_run_through_the_trainer(tmp_path, loss):
     (hist,) = _run([_cfg(tmp_path / loss, 1, "--rl.loss.name", loss, "--rl.kl.estimator", "k3")], tmp_path)

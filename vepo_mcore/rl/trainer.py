@@ -76,16 +76,16 @@ class RLTrainer:
         self.log_interval = (
             1  # every RL step is a whole rollout batch: its row is what curves and the grid read
         )
-        self.model = wrap_model(build_model(cfg), cfg)
+        ckpt = cfg.training.checkpoint
+        self.model = wrap_model(build_model(cfg, init_weights=not ckpt.load), cfg)  # a load overwrites all
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
-        ckpt = cfg.training.checkpoint
         if ckpt.load:
             if load_checkpoint(ckpt.load, self.model, finetune=True) is None:
                 raise FileNotFoundError(f"training.checkpoint.load={ckpt.load} holds no checkpoint")
             self.optimizer.reload_model_params()
         # The frozen reference is the initial policy (KL k1/k2/k3 are measured every kl.measure_interval steps).
-        reference = build_model(cfg)
+        reference = build_model(cfg, init_weights=False)
         reference.load_state_dict(unwrap(self.model).state_dict())
         self.reference = half_precision(reference).eval().requires_grad_(False)  # the policy's precision
         self.critic = self.critic_optimizer = self.critic_scheduler = None
