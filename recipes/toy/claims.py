@@ -399,13 +399,13 @@ KL_ARM_RULE = (
 
 
 def claim_kl_arm(records: list[dict], variant: str, kl: str) -> dict:
-    """KL_ARM_RULE on VEPO with `kl`, GRPO with `kl` and VEPO with `variant` removed and `kl`, paired by seed."""
+    """KL_ARM_RULE on VEPO, GRPO and VEPO's ablation `variant`, each with `kl`, paired by seed."""
     rule = f"{KL_ARM_RULE}; an interval over fewer than {ABLATION_SEEDS} seeds is not read (inconclusive)"
     arms = {name: {r["seed"]: r for r in _select(records, algorithm, kl, v) if r.get("heldout_chrf") is not None}
             for name, algorithm, v in (("vepo", "vepo", "full"), ("grpo", "grpo", "full"), ("arm", "vepo", variant))}  # fmt: skip
     seeds = sorted(arms["vepo"].keys() & arms["grpo"].keys() & arms["arm"].keys())
     if not seeds:
-        missing = f"VEPO, GRPO and VEPO without {variant} at KL {kl} on a common seed"
+        missing = f"VEPO, GRPO and VEPO-{variant} at KL {kl} on a common seed"
         return _verdict(INCONCLUSIVE, rule, missing=missing)
     evidence: dict = {"variant": variant, "kl": kl, "seeds": len(seeds)}
     for field in ("heldout_chrf", "kl_k3_last", "adv_std_mean"):

@@ -501,9 +501,10 @@ def grid_records(
     """One record per run (reports/toy/grid.json): the first and last values are means over the
     first and last 10% of steps (at least 3), so one noisy step does not decide them; maxima and
     means are over every step (adv_std_mean: the advantages' std, rl/adv_std; kl_k3_last: the k3
-    estimate of KL(policy || reference) at the end); heldout_* are the devtest scores at the validation-chosen step (None
-    when the run has none; heldout_overall_worst the overall pass of the worst direction,
-    heldout_worst_direction), *_delta_ci95 their paired 95% intervals against the SFT policy."""
+    estimate of KL(policy || reference) at the end); heldout_* are the devtest scores at the
+    validation-chosen step (None when the run has none; heldout_overall_worst the overall pass of the
+    worst direction, heldout_worst_direction), *_delta_ci95 their paired 95% intervals against the
+    SFT policy."""
     records = []
     for run, history in histories.items():
         entropy = [row["rollout/entropy"] for row in history]
