@@ -416,8 +416,9 @@ def claim_kl_arm(records: list[dict], variant: str, kl: str) -> dict:
     gap = paired_mean_diff_ci(chrf["vepo"], chrf["grpo"])
     closed = paired_mean_diff_ci(chrf["vepo"], chrf["arm"])
     evidence["gap_ci95"], evidence["arm_minus_vepo_ci95"] = list(gap), list(closed)
-    gap_mean = _mean(chrf["grpo"]) - _mean(chrf["vepo"])
-    evidence["gap_closed_share"] = (_mean(chrf["arm"]) - _mean(chrf["vepo"])) / gap_mean if gap_mean else None
+    mean = {name: evidence[f"heldout_chrf_{name}"] for name in arms}
+    gap_mean = mean["grpo"] - mean["vepo"]
+    evidence["gap_closed_share"] = (mean["arm"] - mean["vepo"]) / gap_mean if gap_mean else None
     if len(seeds) < ABLATION_SEEDS:
         verdict = INCONCLUSIVE
     elif gap[0] <= 0:
